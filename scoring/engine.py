@@ -1,0 +1,211 @@
+"""The engine: one call decides where a request goes, by running a policy's kernel over the inventory.
+
+The extender's filter, the simulator and `explain` all call `Engine.decide`; nothing else runs
+scoring code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from scoring import kernels as k
+from scoring.facts import GpuSlot, Placement
+from scoring.geometry import FAMILIES, resolve_profile
+from scoring.inventory import MAX_GPUS, MAX_MODELS, Inventory
+from scoring.policies import PolicySpec
+from scoring.request import Kind, PodRequest, RequestError
+
+VERDICT_REASONS = {
+    k.NOT_CANDIDATE: "not a candidate",
+    k.NO_CPU: "not enough free CPU",
+    k.NO_MEMORY: "not enough free memory",
+    k.NO_POD_SLOT: "no free pod slot",
+    k.MODEL_NOT_ALLOWED: "GPU model not allowed by the pod's node selector / affinity",
+    k.NO_GPU: "not enough free GPU capacity",
+    k.NO_MIG: "no free MIG placement for the requested profile",
+    k.SPOT_FORBIDDEN: "spot node and the pod is not interruptible",
+}
+
+
+@dataclass
+class Decision:
+    """The chosen node and placement (None when nothing fits), with every node's verdict and score."""
+
+    placement: Placement | None
+    rows: np.ndarray  # inventory rows the verdicts and scores refer to
+    verdicts: np.ndarray
+    scores: np.ndarray
+    names: list[str | None]
+
+    @property
+    def node(self) -> str | None:
+        return self.placement.node if self.placement else None
+
+    def reasons(self) -> dict[str, str]:
+        """Why each infeasible candidate was rejected, by node name."""
+        return {
+            self.names[row]: VERDICT_REASONS[int(v)]  # type: ignore[misc]
+            for row, v in zip(self.rows, self.verdicts[self.rows], strict=True)
+            if v != k.OK and v != k.NOT_CANDIDATE
+        }
+
+    def feasible_scores(self) -> dict[str, float]:
+        """Score of every feasible candidate, by node name."""
+        return {
+            self.names[row]: float(self.scores[row])  # type: ignore[misc]
+            for row in self.rows
+            if self.verdicts[row] == k.OK
+        }
+
+
+class RequestArrays:
+    """A request laid out for the kernels (depends on the inventory's GPU models)."""
+
+    def __init__(self, request: PodRequest, inventory: Inventory) -> None:
+        self.request = request
+        self.instances: list[str] = []  # MIG profile of each instance, largest first
+        for profile, count in request.mig:
+            self.instances.extend([profile] * count)
+        self.instances.sort(key=_profile_order, reverse=True)
+        n_inst = len(self.instances)
+        self.scalars = np.array(
+            [
+                int(request.kind),
+                request.cpu_milli,
+                request.memory_bytes,
+                request.gpus,
+                request.milli,
+                int(request.interruptible),
+                n_inst,
+            ],
+            dtype=np.int64,
+        )
+        self.shapes = np.full((max(n_inst, 1), MAX_MODELS), -1, dtype=np.int64)
+        self.me = np.zeros(max(n_inst, 1), dtype=np.bool_)
+        for q, profile in enumerate(self.instances):
+            if not any(_has_profile(family, profile) for family in FAMILIES.values()):
+                raise RequestError(f"MIG profile {profile!r} exists on no known GPU model")
+            self.me[q] = profile.endswith("+me")
+            for mid, model in enumerate(inventory.models):
+                if model.mig_family is not None and _has_profile(model.mig_family, profile):
+                    self.shapes[q, mid] = resolve_profile(model.mig_family, profile)[0]
+        self.allowed = inventory.model_ids_for(request.allowed_products)
+        self.width = max(n_inst, request.gpus, 1)
+
+
+def _has_profile(family, profile: str) -> bool:
+    try:
+        resolve_profile(family, profile)
+    except KeyError:
+        return False
+    return True
+
+
+def _profile_order(profile: str) -> tuple[int, str]:
+    head = profile.split("g.", 1)[0]
+    return (int(head) if head.isdigit() else 0, profile)
+
+
+class Engine:
+    """Runs one policy over one inventory."""
+
+    def __init__(self, inventory: Inventory, policy: PolicySpec) -> None:
+        self.inventory = inventory
+        self.policy = policy
+        self._mix_cache: tuple[tuple[int, int, int], tuple] | None = None
+
+    def mix_arrays(self) -> tuple:
+        """The policy mix as kernel arrays, rebuilt only when the mix or the model list changed."""
+        key = (id(self.policy.mix), self.policy.mix.version, len(self.inventory.models))
+        if self._mix_cache is None or self._mix_cache[0] != key:
+            self._mix_cache = (key, self.policy.mix.arrays(self.inventory.models, MAX_MODELS))
+        return self._mix_cache[1]
+
+    def kernel_inputs(self) -> tuple[tuple, tuple, tuple]:
+        """(node arrays, GPU arrays, model arrays) as the kernels take them."""
+        inv = self.inventory
+        n = inv.size
+        g = n * MAX_GPUS
+        nodes = (
+            inv.node_active[:n], inv.node_cpu_free[:n], inv.node_mem_free[:n], inv.node_pods_free[:n],
+            inv.node_model[:n], inv.node_mig_mode[:n], inv.node_gpu_count[:n], inv.node_spot[:n],
+            inv.node_price[:n], inv.node_cpu_cap[:n], inv.node_mem_cap[:n], inv.node_pods_cap[:n],
+            inv.node_tags[: n * (MAX_GPUS + 1)],
+        )  # fmt: skip
+        gpus = (
+            inv.gpu_milli_free[:g], inv.gpu_whole[:g], inv.gpu_slices[:g], inv.gpu_compute[:g], inv.gpu_me[:g],
+            inv.gpu_static[:g], inv.gpu_static_used[:g], inv.gpu_numa[:g], inv.gpu_link[: g * MAX_GPUS],
+        )  # fmt: skip
+        return nodes, gpus, (inv.model_memory, inv.model_compute)
+
+    def candidate_mask(self, candidates: Sequence[str] | None) -> np.ndarray:
+        """Rows allowed by the caller (every active node when None); unknown names are ignored."""
+        n = self.inventory.size
+        if candidates is None:
+            return self.inventory.node_active[:n].copy()
+        mask = np.zeros(n, dtype=np.bool_)
+        index = self.inventory.index
+        for name in candidates:
+            row = index.get(name)
+            if row is not None:
+                mask[row] = True
+        return mask
+
+    def decide(
+        self,
+        request: PodRequest,
+        candidates: Sequence[str] | None = None,
+        rank: np.ndarray | None = None,
+        noise: np.ndarray | None = None,
+    ) -> Decision:
+        """Where `request` should go among `candidates`, without changing the inventory.
+
+        `rank` orders tied nodes (lowest first; default: inventory row order); `noise` in [0, 1)
+        per node drives the random policy's GPU choice.
+        """
+        arrays = RequestArrays(request, self.inventory)
+        n = self.inventory.size
+        mask = self.candidate_mask(candidates)
+        rank = np.arange(n, dtype=np.int64) if rank is None else rank
+        noise = np.zeros(n, dtype=np.float64) if noise is None else noise
+        scores = np.empty(n, dtype=np.float64)
+        verdicts = np.empty(n, dtype=np.int8)
+        best_gpu = np.zeros(arrays.width, dtype=np.int32)
+        best_start = np.zeros(arrays.width, dtype=np.int32)
+        best_shape = np.zeros(arrays.width, dtype=np.int32)
+        nodes, gpus, models = self.kernel_inputs()
+        best, slots = k.schedule(
+            nodes, gpus, models, arrays.scalars, arrays.shapes, arrays.me, arrays.allowed, mask,
+            self.mix_arrays(), self.policy.kernel_id, self.policy.params, rank, noise,
+            scores, verdicts, best_gpu, best_start, best_shape,
+        )  # fmt: skip
+        placement = None
+        if best >= 0:
+            placement = self._placement(int(best), int(slots), arrays, best_gpu, best_start)
+        return Decision(placement, np.flatnonzero(mask), verdicts, scores, self.inventory.names)
+
+    def _placement(
+        self, row: int, slots: int, arrays: RequestArrays, gpu: np.ndarray, start: np.ndarray
+    ) -> Placement:
+        request = arrays.request
+        name = self.inventory.names[row]
+        assert name is not None
+        if request.kind == Kind.MIG:
+            chosen = tuple(
+                GpuSlot(int(gpu[q]), mig=arrays.instances[q], start=int(start[q])) for q in range(slots)
+            )
+        elif request.kind == Kind.SHARE:
+            chosen = (GpuSlot(int(gpu[0]), milli=request.milli),)
+        elif request.kind == Kind.WHOLE:
+            chosen = tuple(sorted((GpuSlot(int(gpu[q])) for q in range(slots)), key=lambda s: s.index))
+        else:
+            chosen = ()
+        return Placement(name, chosen, request.cpu_milli, request.memory_bytes)
+
+    def observe(self, request: PodRequest) -> None:
+        """Tell a learning policy about a request it has been asked to place."""
+        if self.policy.learns:
+            self.policy.mix.observe(request)

@@ -1,0 +1,414 @@
+"""The cluster's GPU inventory as flat numpy arrays (struct of arrays), the kernels' only input.
+
+Node i owns GPU rows i*MAX_GPUS .. i*MAX_GPUS + gpu_count[i] - 1, so adding, updating or removing
+a node and committing or releasing a placement touch O(GPUs of that node) entries. Removed nodes
+leave a free row that the next added node reuses.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
+from scoring.geometry import (
+    PLACEMENT_ID,
+    PLACEMENT_SHAPE,
+    SHAPE_COMPUTE,
+    SHAPE_SIZE,
+    resolve_profile,
+    slice_bits,
+)
+from scoring.gpu_models import GpuModel, lookup_model
+from scoring.request import MAX_GPUS_PER_NODE
+
+MAX_GPUS = MAX_GPUS_PER_NODE
+MAX_MODELS = 64
+NO_MODEL = 0  # model id of nodes without GPUs
+FULL_MILLI = 1000
+
+
+class InventoryError(ValueError):
+    """Facts or placements that would make the inventory inconsistent; the inventory is unchanged."""
+
+
+class Inventory:
+    """Free and used capacity of every node and GPU, kept as arrays for the scoring kernels."""
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.models: list[GpuModel] = [GpuModel("", 0, None)]
+        self._model_ids: dict[tuple[str, int], int] = {}
+        self.model_memory = np.zeros(MAX_MODELS, dtype=np.float64)
+        self.model_slices = np.zeros(MAX_MODELS, dtype=np.int8)  # 0: not MIG-capable
+        self.model_compute = np.full(MAX_MODELS, 7, dtype=np.int64)  # compute slices of a whole GPU
+        self.names: list[str | None] = []
+        self.index: dict[str, int] = {}
+        self.facts: list[NodeFacts | None] = []
+        self._free_rows: list[int] = []
+        self._allocate(capacity)
+
+    # ----------------------------------------------------------------- storage
+    def _allocate(self, capacity: int) -> None:
+        g = capacity * MAX_GPUS
+        self.node_active = np.zeros(capacity, dtype=np.bool_)
+        self.node_cpu_cap = np.zeros(capacity, dtype=np.int64)
+        self.node_cpu_free = np.zeros(capacity, dtype=np.int64)
+        self.node_mem_cap = np.zeros(capacity, dtype=np.int64)
+        self.node_mem_free = np.zeros(capacity, dtype=np.int64)
+        self.node_pods_cap = np.zeros(capacity, dtype=np.int64)
+        self.node_pods_free = np.zeros(capacity, dtype=np.int64)
+        self.node_model = np.zeros(capacity, dtype=np.int32)
+        self.node_mig_mode = np.zeros(capacity, dtype=np.int8)
+        self.node_gpu_count = np.zeros(capacity, dtype=np.int32)
+        self.node_spot = np.zeros(capacity, dtype=np.bool_)
+        self.node_price = np.full(capacity, np.nan, dtype=np.float64)
+        # pods by GPU tag (0: shares, k: pods of k whole GPUs), for the GpuClustering baseline
+        self.node_tags = np.zeros(capacity * (MAX_GPUS + 1), dtype=np.int32)
+        self.gpu_milli_free = np.zeros(g, dtype=np.int32)  # 1000 = untouched
+        self.gpu_whole = np.zeros(g, dtype=np.bool_)  # taken whole by one pod
+        self.gpu_slices = np.zeros(g, dtype=np.int32)  # dynamic MIG: occupied memory-slice mask
+        self.gpu_compute = np.zeros(g, dtype=np.int32)  # dynamic MIG: compute slices in use
+        self.gpu_me = np.zeros(g, dtype=np.bool_)  # a +me instance exists (one per GPU)
+        self.gpu_static = np.zeros(g, dtype=np.int32)  # static MIG: placement-id mask of instances
+        self.gpu_static_used = np.zeros(g, dtype=np.int32)  # static MIG: instances in use
+        self.gpu_numa = np.zeros(g, dtype=np.int32)
+        self.gpu_link = np.zeros(g * MAX_GPUS, dtype=np.int32)  # row g: NVLink count to each peer
+
+    def _grow(self) -> None:
+        old = {name: value for name, value in vars(self).items() if isinstance(value, np.ndarray)}
+        capacity = len(self.node_active)
+        self._allocate(capacity * 2)
+        for name, value in old.items():
+            if name.startswith(("node_", "gpu_")):
+                getattr(self, name)[: len(value)] = value
+            else:
+                setattr(self, name, value)
+
+    @property
+    def size(self) -> int:
+        """Rows in use or reusable (the kernels iterate 0..size-1 and skip inactive rows)."""
+        return len(self.names)
+
+    def gpu_rows(self, node: int) -> slice:
+        """Rows of the GPU arrays that belong to a node."""
+        return slice(node * MAX_GPUS, node * MAX_GPUS + int(self.node_gpu_count[node]))
+
+    # ----------------------------------------------------------------- models
+    def model_id(self, product: str, memory_mib: int = 0) -> int:
+        """Id of a GPU product (registered on first sight)."""
+        if not product:
+            return NO_MODEL
+        key = (product, memory_mib)
+        found = self._model_ids.get(key)
+        if found is not None:
+            return found
+        if len(self.models) >= MAX_MODELS:
+            raise InventoryError(f"more than {MAX_MODELS - 1} GPU products in one cluster")
+        model = lookup_model(product, memory_mib or None)
+        mid = len(self.models)
+        self.models.append(model)
+        self._model_ids[key] = mid
+        self.model_memory[mid] = model.memory_mib
+        self.model_slices[mid] = model.mig_family.slices if model.mig_family else 0
+        self.model_compute[mid] = model.mig_family.compute_total if model.mig_family else 7
+        return mid
+
+    def model_ids_for(self, products: frozenset[str] | None) -> np.ndarray:
+        """Boolean mask over model ids allowed by a product constraint (None allows all)."""
+        allowed = np.zeros(MAX_MODELS, dtype=np.bool_)
+        if products is None:
+            allowed[:] = True
+            return allowed
+        for mid, model in enumerate(self.models):
+            if model.product in products:
+                allowed[mid] = True
+        return allowed
+
+    # ----------------------------------------------------------------- nodes
+    def add_node(self, facts: NodeFacts) -> int:
+        """Add a node with nothing allocated; returns its row. Raises InventoryError on bad facts."""
+        if facts.name in self.index:
+            raise InventoryError(f"node {facts.name} already exists")
+        gpu_state = self._gpu_state_for(facts)  # validates before anything is touched
+        model = self.model_id(facts.gpu_product, facts.gpu_memory_mib) if facts.gpu_count else NO_MODEL
+        if self._free_rows:
+            row = self._free_rows.pop()
+            self.names[row] = facts.name
+            self.facts[row] = facts
+        else:
+            if len(self.names) >= len(self.node_active):
+                self._grow()
+            row = len(self.names)
+            self.names.append(facts.name)
+            self.facts.append(facts)
+        self.index[facts.name] = row
+        self.node_active[row] = True
+        self.node_cpu_cap[row] = self.node_cpu_free[row] = facts.cpu_milli
+        self.node_mem_cap[row] = self.node_mem_free[row] = facts.memory_bytes
+        self.node_pods_cap[row] = self.node_pods_free[row] = facts.pods
+        self.node_model[row] = model
+        self.node_mig_mode[row] = int(facts.mig_mode) if facts.gpu_count else 0
+        self.node_gpu_count[row] = facts.gpu_count
+        self.node_spot[row] = facts.spot
+        self.node_price[row] = facts.hourly_cost if facts.hourly_cost is not None else np.nan
+        self.node_tags[row * (MAX_GPUS + 1) : (row + 1) * (MAX_GPUS + 1)] = 0
+        base = row * MAX_GPUS
+        static, numa, links = gpu_state
+        span = slice(base, base + MAX_GPUS)
+        self.gpu_milli_free[span] = 0
+        self.gpu_milli_free[base : base + facts.gpu_count] = FULL_MILLI
+        for arr in (self.gpu_whole, self.gpu_slices, self.gpu_compute, self.gpu_me, self.gpu_static_used):
+            arr[span] = 0
+        self.gpu_static[span] = static
+        self.gpu_numa[span] = numa
+        self.gpu_link[base * MAX_GPUS : (base + MAX_GPUS) * MAX_GPUS] = links
+        return row
+
+    def _gpu_state_for(self, facts: NodeFacts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        count = facts.gpu_count
+        if not 0 <= count <= MAX_GPUS:
+            raise InventoryError(f"node {facts.name}: {count} GPUs is out of range 0..{MAX_GPUS}")
+        for value, what in ((facts.cpu_milli, "cpu"), (facts.memory_bytes, "memory"), (facts.pods, "pods")):
+            if value < 0:
+                raise InventoryError(f"node {facts.name}: negative {what} capacity")
+        static = np.zeros(MAX_GPUS, dtype=np.int32)
+        if facts.mig_mode == MigMode.STATIC and count:
+            family = lookup_model(facts.gpu_product).mig_family
+            if family is None:
+                raise InventoryError(f"node {facts.name}: product {facts.gpu_product!r} has no MIG")
+            for gpu, instances in facts.mig_layout.items():
+                if not 0 <= gpu < count:
+                    raise InventoryError(f"node {facts.name}: mig-layout names GPU {gpu} of {count}")
+                used = 0
+                compute = 0
+                for profile, start in instances:
+                    try:
+                        shape, _ = resolve_profile(family, profile)
+                    except KeyError:
+                        raise InventoryError(
+                            f"node {facts.name}: MIG profile {profile!r} does not exist on {family.name}"
+                        ) from None
+                    pid = PLACEMENT_ID.get((shape, start))
+                    bits = slice_bits(int(SHAPE_SIZE[shape]), start)
+                    if pid is None or used & bits:
+                        raise InventoryError(f"node {facts.name}: GPU {gpu} cannot hold {profile}@{start}")
+                    used |= bits
+                    compute += int(SHAPE_COMPUTE[shape])
+                    static[gpu] |= 1 << pid
+                if compute > family.compute_total:
+                    raise InventoryError(f"node {facts.name}: GPU {gpu} layout exceeds its compute slices")
+        numa = np.zeros(MAX_GPUS, dtype=np.int32)
+        if facts.numa is not None:
+            if len(facts.numa) != count:
+                raise InventoryError(f"node {facts.name}: topology numa has {len(facts.numa)} entries")
+            numa[:count] = facts.numa
+        links = np.zeros(MAX_GPUS * MAX_GPUS, dtype=np.int32)
+        if facts.nvlink is not None:
+            matrix = facts.nvlink
+            if len(matrix) != count or any(len(row) != count for row in matrix):
+                raise InventoryError(f"node {facts.name}: NVLink matrix is not {count}x{count}")
+            for i, row in enumerate(matrix):
+                for j, value in enumerate(row):
+                    if value < 0 or value > 64:
+                        raise InventoryError(f"node {facts.name}: NVLink count {value} out of range")
+                    if i != j:
+                        links[i * MAX_GPUS + j] = value
+        return static, numa, links
+
+    def remove_node(self, name: str) -> None:
+        """Forget a node and everything allocated on it."""
+        row = self.index.pop(name)
+        self.node_active[row] = False
+        self.node_gpu_count[row] = 0
+        self.names[row] = None
+        self.facts[row] = None
+        self._free_rows.append(row)
+
+    def node_is_empty(self, row: int) -> bool:
+        """True when nothing is allocated on the node."""
+        rows = self.gpu_rows(row)
+        return bool(
+            self.node_cpu_free[row] == self.node_cpu_cap[row]
+            and self.node_mem_free[row] == self.node_mem_cap[row]
+            and self.node_pods_free[row] == self.node_pods_cap[row]
+            and np.all(self.gpu_milli_free[rows] == FULL_MILLI)
+            and not self.gpu_whole[rows].any()
+            and not self.gpu_slices[rows].any()
+            and not self.gpu_static_used[rows].any()
+        )
+
+    # ----------------------------------------------------------------- placements
+    def commit(self, placement: Placement) -> None:
+        """Take the placement's capacity. Raises InventoryError (and changes nothing) if it does not fit."""
+        row = self.index.get(placement.node)
+        if row is None:
+            raise InventoryError(f"node {placement.node} is unknown")
+        if placement.cpu_milli > self.node_cpu_free[row]:
+            raise InventoryError(f"node {placement.node}: not enough CPU")
+        if placement.memory_bytes > self.node_mem_free[row]:
+            raise InventoryError(f"node {placement.node}: not enough memory")
+        if self.node_pods_free[row] < 1:
+            raise InventoryError(f"node {placement.node}: no pod slot left")
+        changes = self._slot_changes(row, placement, taking=True)
+        self.node_cpu_free[row] -= placement.cpu_milli
+        self.node_mem_free[row] -= placement.memory_bytes
+        self.node_pods_free[row] -= 1
+        self._apply(changes)
+        tag = _gpu_tag(placement)
+        if tag >= 0:
+            self.node_tags[row * (MAX_GPUS + 1) + tag] += 1
+
+    def release(self, placement: Placement) -> None:
+        """Give back what `commit(placement)` took. Raises InventoryError if it was not taken."""
+        row = self.index.get(placement.node)
+        if row is None:
+            raise InventoryError(f"node {placement.node} is unknown")
+        if (
+            self.node_cpu_free[row] + placement.cpu_milli > self.node_cpu_cap[row]
+            or self.node_mem_free[row] + placement.memory_bytes > self.node_mem_cap[row]
+            or self.node_pods_free[row] >= self.node_pods_cap[row]
+        ):
+            raise InventoryError(f"node {placement.node}: releasing more than is allocated")
+        changes = self._slot_changes(row, placement, taking=False)
+        self.node_cpu_free[row] += placement.cpu_milli
+        self.node_mem_free[row] += placement.memory_bytes
+        self.node_pods_free[row] += 1
+        self._apply(changes)
+        tag = _gpu_tag(placement)
+        if tag >= 0:
+            self.node_tags[row * (MAX_GPUS + 1) + tag] -= 1
+
+    def _apply(self, changes: list[tuple[np.ndarray, int, int]]) -> None:
+        for array, position, value in changes:
+            array[position] = value
+
+    def _slot_changes(self, row: int, placement: Placement, taking: bool) -> list[tuple[np.ndarray, int, int]]:
+        """The array writes a placement makes, checked against a scratch copy of the node's GPUs."""
+        count = int(self.node_gpu_count[row])
+        base = row * MAX_GPUS
+        rows = self.gpu_rows(row)
+        milli = self.gpu_milli_free[rows].copy()
+        whole = self.gpu_whole[rows].copy()
+        slices = self.gpu_slices[rows].copy()
+        compute = self.gpu_compute[rows].copy()
+        me = self.gpu_me[rows].copy()
+        static_used = self.gpu_static_used[rows].copy()
+        static = self.gpu_static[rows]
+        mode = MigMode(int(self.node_mig_mode[row]))
+        family = self.models[int(self.node_model[row])].mig_family
+        where = f"node {placement.node}"
+        for slot in placement.slots:
+            g = slot.index
+            if not 0 <= g < count:
+                raise InventoryError(f"{where}: GPU {g} does not exist")
+            if slot.mig:
+                if mode == MigMode.NONE or family is None:
+                    raise InventoryError(f"{where}: MIG is not enabled")
+                try:
+                    shape, is_me = resolve_profile(family, slot.mig)
+                except KeyError:
+                    raise InventoryError(f"{where}: MIG profile {slot.mig} unknown on {family.name}") from None
+                pid = PLACEMENT_ID.get((shape, slot.start))
+                if pid is None:
+                    raise InventoryError(f"{where}: {slot.mig} cannot start at slice {slot.start}")
+                if mode == MigMode.STATIC:
+                    bit = 1 << pid
+                    if not static[g] & bit:
+                        raise InventoryError(f"{where}: GPU {g} has no {slot.mig}@{slot.start} instance")
+                    if bool(static_used[g] & bit) == taking:
+                        raise InventoryError(f"{where}: GPU {g} {slot.mig}@{slot.start} already {_state(taking)}")
+                    static_used[g] ^= bit
+                    continue
+                bits = slice_bits(int(SHAPE_SIZE[shape]), slot.start)
+                c = int(SHAPE_COMPUTE[shape])
+                if taking:
+                    if whole[g] or milli[g] != FULL_MILLI or slices[g] & bits:
+                        raise InventoryError(f"{where}: GPU {g} slices for {slot.mig}@{slot.start} are in use")
+                    if compute[g] + c > family.compute_total or (is_me and me[g]):
+                        raise InventoryError(f"{where}: GPU {g} has no room for {slot.mig}")
+                    slices[g] |= bits
+                    compute[g] += c
+                    me[g] |= is_me
+                else:
+                    if slices[g] & bits != bits or compute[g] < c:
+                        raise InventoryError(f"{where}: GPU {g} {slot.mig}@{slot.start} is not allocated")
+                    slices[g] &= ~bits
+                    compute[g] -= c
+                    if is_me:
+                        me[g] = False
+            elif slot.milli:
+                if not 1 <= slot.milli <= 999:
+                    raise InventoryError(f"{where}: share {slot.milli} out of range")
+                if whole[g] or slices[g] or static[g]:
+                    raise InventoryError(f"{where}: GPU {g} is not shareable")
+                if taking:
+                    if milli[g] < slot.milli:
+                        raise InventoryError(f"{where}: GPU {g} has {milli[g]} milli free, not {slot.milli}")
+                    milli[g] -= slot.milli
+                else:
+                    if milli[g] + slot.milli > FULL_MILLI:
+                        raise InventoryError(f"{where}: GPU {g} share {slot.milli} is not allocated")
+                    milli[g] += slot.milli
+            else:
+                if taking:
+                    if whole[g] or milli[g] != FULL_MILLI or slices[g] or static[g]:
+                        raise InventoryError(f"{where}: GPU {g} is not free")
+                    whole[g] = True
+                    milli[g] = 0
+                else:
+                    if not whole[g]:
+                        raise InventoryError(f"{where}: GPU {g} is not allocated whole")
+                    whole[g] = False
+                    milli[g] = FULL_MILLI
+        changes: list[tuple[np.ndarray, int, int]] = []
+        for array, local in (
+            (self.gpu_milli_free, milli),
+            (self.gpu_whole, whole),
+            (self.gpu_slices, slices),
+            (self.gpu_compute, compute),
+            (self.gpu_me, me),
+            (self.gpu_static_used, static_used),
+        ):
+            for j in range(count):
+                changes.append((array, base + j, local[j]))
+        return changes
+
+    # ----------------------------------------------------------------- read-outs
+    def gpus_total(self) -> int:
+        """GPUs on active nodes."""
+        return int(self.node_gpu_count[: self.size][self.node_active[: self.size]].sum())
+
+    def gpus_allocated(self) -> float:
+        """GPUs in use, in whole-GPU units: shares count their fraction, MIG its compute slices."""
+        n = self.size
+        active = np.repeat(self.node_active[:n], MAX_GPUS)
+        counts = np.repeat(self.node_gpu_count[:n], MAX_GPUS)
+        present = active & (np.tile(np.arange(MAX_GPUS), n) < counts)
+        models = np.repeat(self.node_model[:n], MAX_GPUS)
+        total_compute = np.where(self.model_slices[models] == 4, 4, 7)
+        used = np.where(
+            self.gpu_whole[: n * MAX_GPUS],
+            1.0,
+            (FULL_MILLI - self.gpu_milli_free[: n * MAX_GPUS]) / FULL_MILLI,
+        )
+        used = used + self.gpu_compute[: n * MAX_GPUS] / total_compute
+        used = used + self._static_compute_used(n) / total_compute
+        return float(used[present].sum())
+
+    def _static_compute_used(self, n: int) -> np.ndarray:
+        used = self.gpu_static_used[: n * MAX_GPUS]
+        result = np.zeros(len(used), dtype=np.float64)
+        for pid in range(len(PLACEMENT_SHAPE)):
+            result += ((used >> pid) & 1) * SHAPE_COMPUTE[PLACEMENT_SHAPE[pid]]
+        return result
+
+
+def _gpu_tag(placement: Placement) -> int:
+    """GpuClustering's pod tag: 0 for a share, k for k whole GPUs, -1 for MIG or no GPU."""
+    if not placement.slots or placement.slots[0].mig:
+        return -1
+    return 0 if placement.slots[0].milli else len(placement.slots)
+
+
+def _state(taking: bool) -> str:
+    return "in use" if taking else "free"
+
