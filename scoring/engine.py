@@ -190,22 +190,33 @@ class Engine:
     def _placement(
         self, row: int, slots: int, arrays: RequestArrays, gpu: np.ndarray, start: np.ndarray
     ) -> Placement:
-        request = arrays.request
-        name = self.inventory.names[row]
-        assert name is not None
-        if request.kind == Kind.MIG:
-            chosen = tuple(
-                GpuSlot(int(gpu[q]), mig=arrays.instances[q], start=int(start[q])) for q in range(slots)
-            )
-        elif request.kind == Kind.SHARE:
-            chosen = (GpuSlot(int(gpu[0]), milli=request.milli),)
-        elif request.kind == Kind.WHOLE:
-            chosen = tuple(sorted((GpuSlot(int(gpu[q])) for q in range(slots)), key=lambda s: s.index))
-        else:
-            chosen = ()
-        return Placement(name, chosen, request.cpu_milli, request.memory_bytes)
+        return build_placement(self.inventory, row, slots, arrays, gpu, start)
 
     def observe(self, request: PodRequest) -> None:
         """Tell a learning policy about a request it has been asked to place."""
         if self.policy.learns:
             self.policy.mix.observe(request)
+
+
+def build_placement(
+    inventory: Inventory, row: int, slots: int, arrays: RequestArrays, gpu: np.ndarray, start: np.ndarray
+) -> Placement:
+    """The placement of `arrays.request` on inventory row `row`, from a kernel's chosen slots.
+
+    `gpu[q]` and `start[q]` (q < `slots`) are the local GPU index and MIG start slice of slot q; MIG
+    slots follow `arrays.instances`. Shared by `Engine.decide` and `scoring.reference`.
+    """
+    request = arrays.request
+    name = inventory.names[row]
+    assert name is not None
+    if request.kind == Kind.MIG:
+        chosen = tuple(
+            GpuSlot(int(gpu[q]), mig=arrays.instances[q], start=int(start[q])) for q in range(slots)
+        )
+    elif request.kind == Kind.SHARE:
+        chosen = (GpuSlot(int(gpu[0]), milli=request.milli),)
+    elif request.kind == Kind.WHOLE:
+        chosen = tuple(sorted((GpuSlot(int(gpu[q])) for q in range(slots)), key=lambda s: s.index))
+    else:
+        chosen = ()
+    return Placement(name, chosen, request.cpu_milli, request.memory_bytes)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
+from scoring.facts import MigMode, NodeFacts, Placement
 from scoring.geometry import (
     PLACEMENT_ID,
     PLACEMENT_SHAPE,
@@ -188,7 +188,7 @@ class Inventory:
                             f"node {facts.name}: MIG profile {profile!r} does not exist on {family.name}"
                         ) from None
                     pid = PLACEMENT_ID.get((shape, start))
-                    bits = slice_bits(int(SHAPE_SIZE[shape]), start)
+                    bits = slice_bits(int(SHAPE_SIZE[shape]), start) if pid is not None else 0
                     if pid is None or used & bits:
                         raise InventoryError(f"node {facts.name}: GPU {gpu} cannot hold {profile}@{start}")
                     used |= bits

@@ -34,8 +34,8 @@ MODE_NONE, MODE_STATIC, MODE_DYNAMIC = 0, 1, 2
 P_GPUPACK, P_RANDOM, P_DOT, P_CLUSTER, P_PACKING, P_BESTFIT, P_FGD, P_KUBE, P_FIRSTFIT = range(9)
 
 # params vector indices (one layout for every policy; unused entries are ignored)
-W_FRAG, W_PACK, W_TOPO, W_MODEL, W_SPOT, W_COST, SPOT_FORBID, TOPO_SETS = range(8)
-N_PARAMS = 8
+W_FRAG, W_PACK, W_TOPO, W_MODEL, W_SPOT, W_COST, SPOT_FORBID, TOPO_SETS, FRAG_STEP = range(9)
+N_PARAMS = 9
 
 # verdict codes per node (0 = feasible)
 OK, NOT_CANDIDATE, NO_CPU, NO_MEMORY, NO_POD_SLOT, MODEL_NOT_ALLOWED, NO_GPU, NO_MIG, SPOT_FORBIDDEN = range(9)
@@ -44,6 +44,8 @@ OK, NOT_CANDIDATE, NO_CPU, NO_MEMORY, NO_POD_SLOT, MODEL_NOT_ALLOWED, NO_GPU, NO
 SHAPE_PLACEMENTS = np.zeros(len(SHAPE_SIZE), dtype=np.int64)
 for _pid in range(len(PLACEMENT_SHAPE)):
     SHAPE_PLACEMENTS[PLACEMENT_SHAPE[_pid]] |= 1 << _pid
+# rows of the per-node scratch copy of GPU state
+L_MILLI, L_WHOLE, L_SLICES, L_COMPUTE, L_ME, L_SUSED = range(6)
 MAX_SPEC_CPU = 128000.0  # normalisers of the ATC'23 baselines: 128 cores, 8 GPUs
 MAX_SPEC_GPU = 8000.0
 
@@ -125,28 +127,28 @@ def gpu_terms(kind, milli_t, shape_t, mode, ct, milli, whole, slices, compute, m
     return 0, 0
 
 
-@njit(cache=True)
-def node_type_sums(model, mode, ct, base, count, gpus, mix, loc, S, H):
+@njit(cache=True, inline="always")
+def node_type_sums(
+    model, mode, ct, base, count, milli_a, whole_a, slices_a, compute_a, me_a, static_a, sused_a,
+    mix_w, mix_i, mix_shape, loc, S, H,
+):
     """Per task type: sum of unusable units (S) and count of hosting GPUs (H); returns free units."""
-    milli_a, whole_a, slices_a, compute_a, me_a, static_a, sused_a, numa_a, link_a = gpus
-    weight, t_kind, t_cpu, t_mem, t_gpus, t_milli, t_shape, t_allowed = mix
-    lmilli, lwhole, lslices, lcompute, lme, lsused = loc
-    for t in range(len(weight)):
+    for t in range(len(mix_w)):
         S[t] = 0
         H[t] = 0
     free = 0
     for j in range(count):
         i = base + j
-        lmilli[j] = milli_a[i]
-        lwhole[j] = whole_a[i]
-        lslices[j] = slices_a[i]
-        lcompute[j] = compute_a[i]
-        lme[j] = me_a[i]
-        lsused[j] = sused_a[i]
+        loc[L_MILLI, j] = milli_a[i]
+        loc[L_WHOLE, j] = whole_a[i]
+        loc[L_SLICES, j] = slices_a[i]
+        loc[L_COMPUTE, j] = compute_a[i]
+        loc[L_ME, j] = me_a[i]
+        loc[L_SUSED, j] = sused_a[i]
         free += gpu_free_units(mode, ct, milli_a[i], whole_a[i], slices_a[i], compute_a[i], static_a[i], sused_a[i])
-        for t in range(len(weight)):
+        for t in range(len(mix_w)):
             gf, host = gpu_terms(
-                t_kind[t], t_milli[t], t_shape[t, model], mode, ct,
+                mix_i[t, 0], mix_i[t, 4], mix_shape[t, model], mode, ct,
                 milli_a[i], whole_a[i], slices_a[i], compute_a[i], me_a[i], static_a[i], sused_a[i],
             )
             S[t] += gf
@@ -154,35 +156,32 @@ def node_type_sums(model, mode, ct, base, count, gpus, mix, loc, S, H):
     return free
 
 
-@njit(cache=True)
-def add_gpu_terms(sign, j, model, mode, ct, static, mix, loc, S, H):
+@njit(cache=True, inline="always")
+def add_gpu_terms(sign, j, model, mode, ct, static, mix_w, mix_i, mix_shape, loc, S, H):
     """Add (sign=1) or remove (sign=-1) local GPU j's contribution to S and H; returns its free units."""
-    weight, t_kind, t_cpu, t_mem, t_gpus, t_milli, t_shape, t_allowed = mix
-    lmilli, lwhole, lslices, lcompute, lme, lsused = loc
-    for t in range(len(weight)):
+    for t in range(len(mix_w)):
         gf, host = gpu_terms(
-            t_kind[t], t_milli[t], t_shape[t, model], mode, ct,
-            lmilli[j], lwhole[j], lslices[j], lcompute[j], lme[j], static, lsused[j],
+            mix_i[t, 0], mix_i[t, 4], mix_shape[t, model], mode, ct,
+            loc[L_MILLI, j], loc[L_WHOLE, j], loc[L_SLICES, j], loc[L_COMPUTE, j], loc[L_ME, j], static, loc[L_SUSED, j],
         )
         S[t] += sign * gf
         H[t] += sign * host
-    return sign * gpu_free_units(mode, ct, lmilli[j], lwhole[j], lslices[j], lcompute[j], static, lsused[j])
+    return sign * gpu_free_units(mode, ct, loc[L_MILLI, j], loc[L_WHOLE, j], loc[L_SLICES, j], loc[L_COMPUTE, j], static, loc[L_SUSED, j])
 
 
-@njit(cache=True)
-def node_frag(model, cpu_free, mem_free, free, mix, S, H):
+@njit(cache=True, inline="always")
+def node_frag(model, cpu_free, mem_free, free, mix_w, mix_i, mix_allowed, S, H):
     """Expected fragmentation of a node (FGD, ATC'23): weighted units no task type could use."""
-    weight, t_kind, t_cpu, t_mem, t_gpus, t_milli, t_shape, t_allowed = mix
     total = 0.0
-    for t in range(len(weight)):
-        if weight[t] == 0.0:
+    for t in range(len(mix_w)):
+        if mix_w[t] == 0.0:
             continue
         frag = free
-        if t_kind[t] != KIND_NONE and t_allowed[t, model] and cpu_free >= t_cpu[t] and mem_free >= t_mem[t]:
-            need = t_gpus[t] if t_kind[t] == KIND_WHOLE else 1
+        if mix_i[t, 0] != KIND_NONE and mix_allowed[t, model] and cpu_free >= mix_i[t, 1] and mem_free >= mix_i[t, 2]:
+            need = mix_i[t, 3] if mix_i[t, 0] == KIND_WHOLE else 1
             if H[t] >= need:
                 frag = S[t]
-        total += weight[t] * frag
+        total += mix_w[t] * frag
     return total
 
 
@@ -263,269 +262,13 @@ def node_used_fraction(count, free):
     return 1.0 - free / (count * UNIT)
 
 
-@njit(cache=True)
-def evaluate_node(
-    n, inv, gpus, models, req, req_shapes, req_me, allowed, mix, policy, params,
-    noise, max_price, max_memory, loc, S, H, cur_gpu, cur_start, cur_shape, tmp_set,
-):
-    """Verdict, score and placement (into cur_*) of the request on node n. Returns (verdict, score, slots)."""
-    model_memory, model_compute = models
-    (active, cpu_free_a, mem_free_a, pods_free_a, model_a, mode_a, count_a, spot_a, price_a,
-     cpu_cap_a, mem_cap_a, pods_cap_a, tags_a) = inv
-    milli_a, whole_a, slices_a, compute_a, me_a, static_a, sused_a, numa_a, link_a = gpus
-    kind = req[0]
-    cpu = req[1]
-    mem = req[2]
-    k_gpus = req[3]
-    milli_req = req[4]
-    interruptible = req[5]
-    n_inst = req[6]
-    model = model_a[n]
-    if cpu_free_a[n] < cpu:
-        return NO_CPU, 0.0, 0
-    if mem_free_a[n] < mem:
-        return NO_MEMORY, 0.0, 0
-    if pods_free_a[n] < 1:
-        return NO_POD_SLOT, 0.0, 0
-    if kind != KIND_NONE and not allowed[model]:
-        return MODEL_NOT_ALLOWED, 0.0, 0
-    if spot_a[n] and not interruptible and params[SPOT_FORBID] > 0.0 and policy == P_GPUPACK:
-        return SPOT_FORBIDDEN, 0.0, 0
-    mode = mode_a[n]
-    count = count_a[n]
-    base = n * MAX_GPUS
-    ct = model_compute[model]
-    uses_frag = policy == P_GPUPACK or policy == P_FGD
-    free_before = node_type_sums(model, mode, ct, base, count, gpus, mix, loc, S, H)
-    frag_before = node_frag(model, cpu_free_a[n], mem_free_a[n], free_before, mix, S, H) if uses_frag else 0.0
-    cpu_after = cpu_free_a[n] - cpu
-    mem_after = mem_free_a[n] - mem
-    lmilli, lwhole, lslices, lcompute, lme, lsused = loc
-    slots = 0
-    free_after = free_before
-    frag_after = frag_before
-    topo = 1.0
-    gpu_score = 0.0  # FGD: score of the best GPU choice
-
-    if kind == KIND_SHARE:
-        best_j = -1
-        best_key = 0.0
-        best_left = 0
-        hosts = 0
-        for j in range(count):
-            if static_a[base + j] == 0 and not lwhole[j] and lslices[j] == 0 and lcompute[j] == 0:
-                if lmilli[j] >= milli_req:
-                    hosts += 1
-        if hosts == 0:
-            return NO_GPU, 0.0, 0
-        pick = int(noise[n] * hosts) if policy == P_RANDOM else 0
-        seen = 0
-        for j in range(count):
-            if not (static_a[base + j] == 0 and not lwhole[j] and lslices[j] == 0 and lcompute[j] == 0):
-                continue
-            left = lmilli[j]
-            if left < milli_req:
-                continue
-            if policy == P_RANDOM:
-                if seen == pick:
-                    best_j = j
-                seen += 1
-                continue
-            if policy == P_FIRSTFIT or policy == P_KUBE:
-                if best_j < 0:
-                    best_j = j
-                continue
-            if not uses_frag:
-                if best_j < 0 or left < best_left:
-                    best_j = j
-                    best_left = left
-                continue
-            # fragmentation-aware: evaluate this GPU choice, once per distinct free amount (the same
-            # amount gives the same fragmentation, and ties keep the lowest index anyway)
-            duplicate = False
-            for o in range(j):
-                if (static_a[base + o] == 0 and not lwhole[o] and lslices[o] == 0 and lcompute[o] == 0
-                        and lmilli[o] == left):
-                    duplicate = True
-                    break
-            if duplicate:
-                continue
-            f_change = add_gpu_terms(-1, j, model, mode, ct, static_a[base + j], mix, loc, S, H)
-            lmilli[j] = left - milli_req
-            f_change += add_gpu_terms(1, j, model, mode, ct, static_a[base + j], mix, loc, S, H)
-            f_after = node_frag(model, cpu_after, mem_after, free_before + f_change, mix, S, H)
-            add_gpu_terms(-1, j, model, mode, ct, static_a[base + j], mix, loc, S, H)
-            lmilli[j] = left
-            add_gpu_terms(1, j, model, mode, ct, static_a[base + j], mix, loc, S, H)
-            if policy == P_FGD:
-                key = sigmoid_score(frag_before, f_after)
-                better = best_j < 0 or key > best_key
-            else:
-                key = -f_after
-                better = best_j < 0 or key > best_key or (key == best_key and left < best_left)
-            if better:
-                best_j = j
-                best_key = key
-                best_left = left
-                frag_after = f_after
-                free_after = free_before - milli_req * MILLI_UNIT
-        cur_gpu[0] = best_j
-        cur_start[0] = -1
-        cur_shape[0] = -1
-        slots = 1
-        free_after = free_before - milli_req * MILLI_UNIT
-        if policy == P_FGD:
-            gpu_score = best_key
-        elif not uses_frag:
-            frag_after = frag_before
-
-    elif kind == KIND_WHOLE:
-        free_mask = 0
-        nfree = 0
-        for j in range(count):
-            if static_a[base + j] == 0 and not lwhole[j] and lslices[j] == 0 and lcompute[j] == 0 and lmilli[j] == 1000:
-                free_mask |= 1 << j
-                nfree += 1
-        if nfree < k_gpus:
-            return NO_GPU, 0.0, 0
-        use_topology = (policy == P_GPUPACK or params[TOPO_SETS] > 0.0) and (nfree > k_gpus or k_gpus > 1)
-        if use_topology:
-            score_set = best_gpu_set(link_a, numa_a, base, count, free_mask, k_gpus, cur_gpu)
-            if k_gpus > 1:
-                ideal = best_gpu_set(link_a, numa_a, base, count, (1 << count) - 1, k_gpus, tmp_set)
-                topo = score_set / ideal if ideal > 0 else 1.0
-        else:
-            m = 0
-            for j in range(count):
-                if free_mask & (1 << j) and m < k_gpus:
-                    cur_gpu[m] = j
-                    m += 1
-        for m in range(k_gpus):
-            cur_start[m] = -1
-            cur_shape[m] = -1
-        slots = k_gpus
-        free_after = free_before - k_gpus * UNIT
-        if uses_frag:
-            f_change = 0
-            for m in range(k_gpus):
-                j = cur_gpu[m]
-                f_change += add_gpu_terms(-1, j, model, mode, ct, static_a[base + j], mix, loc, S, H)
-                lwhole[j] = True
-                lmilli[j] = 0
-                f_change += add_gpu_terms(1, j, model, mode, ct, static_a[base + j], mix, loc, S, H)
-            frag_after = node_frag(model, cpu_after, mem_after, free_before + f_change, mix, S, H)
-            if policy == P_FGD:
-                gpu_score = sigmoid_score(frag_before, frag_after)
-
-    elif kind == KIND_MIG:
-        if mode == MODE_NONE or count == 0:
-            return NO_MIG, 0.0, 0
-        running_free = free_before
-        for q in range(n_inst):
-            s = req_shapes[q, model]
-            if s < 0:
-                return NO_MIG, 0.0, 0
-            c = SHAPE_COMPUTE[s]
-            size = SHAPE_SIZE[s]
-            need_me = req_me[q]
-            best_j = -1
-            best_st = -1
-            best_pid = -1
-            best_key = 0.0
-            best_used = 0
-            for j in range(count):
-                static = static_a[base + j]
-                if mig_fit(s, mode, ct, lmilli[j], lwhole[j], lslices[j], lcompute[j], lme[j], static, lsused[j],
-                           need_me) == 0:
-                    continue
-                if mode == MODE_STATIC:
-                    used_units = popcount(lsused[j])
-                    starts = static & ~lsused[j] & SHAPE_PLACEMENTS[s]
-                else:
-                    used_units = lcompute[j]
-                    starts = FREE_STARTS[s, lslices[j]]
-                n_options = len(PLACEMENT_SHAPE) if mode == MODE_STATIC else 8
-                for option in range(n_options):
-                    if not (starts >> option) & 1:
-                        continue
-                    # static: options are placement ids; dynamic: start slices
-                    pid = option
-                    st = PLACEMENT_START[option] if mode == MODE_STATIC else option
-                    if policy == P_GPUPACK:
-                        f_change = add_gpu_terms(-1, j, model, mode, ct, static, mix, loc, S, H)
-                        old_slices = lslices[j]
-                        old_sused = lsused[j]
-                        if mode == MODE_STATIC:
-                            lsused[j] = old_sused | (1 << pid)
-                        else:
-                            lslices[j] = old_slices | (((1 << size) - 1) << st)
-                            lcompute[j] += c
-                        f_change += add_gpu_terms(1, j, model, mode, ct, static, mix, loc, S, H)
-                        f_after = node_frag(model, cpu_after, mem_after, running_free + f_change, mix, S, H)
-                        add_gpu_terms(-1, j, model, mode, ct, static, mix, loc, S, H)
-                        lslices[j] = old_slices
-                        lsused[j] = old_sused
-                        if mode != MODE_STATIC:
-                            lcompute[j] -= c
-                        add_gpu_terms(1, j, model, mode, ct, static, mix, loc, S, H)
-                        key = -f_after
-                        better = (
-                            best_j < 0 or key > best_key
-                            or (key == best_key and used_units > best_used)
-                            or (key == best_key and used_units == best_used and j == best_j and st > best_st)
-                        )
-                    elif policy == P_FIRSTFIT or policy == P_KUBE:
-                        better = best_j < 0
-                    else:  # best fit: the fullest GPU that fits, lowest start
-                        better = best_j < 0 or used_units > best_used
-                    if better:
-                        best_j = j
-                        best_st = st
-                        best_pid = pid
-                        best_key = key if policy == P_GPUPACK else 0.0
-                        best_used = used_units
-            if best_j < 0:
-                return NO_MIG, 0.0, 0
-            # take the chosen instance in the local picture
-            static = static_a[base + best_j]
-            running_free += add_gpu_terms(-1, best_j, model, mode, ct, static, mix, loc, S, H)
-            if mode == MODE_STATIC:
-                lsused[best_j] |= 1 << best_pid
-            else:
-                lslices[best_j] |= ((1 << size) - 1) << best_st
-                lcompute[best_j] += c
-                if need_me:
-                    lme[best_j] = True
-            running_free += add_gpu_terms(1, best_j, model, mode, ct, static, mix, loc, S, H)
-            cur_gpu[q] = best_j
-            cur_start[q] = best_st
-            cur_shape[q] = s
-        slots = n_inst
-        free_after = running_free
-        if uses_frag:
-            frag_after = node_frag(model, cpu_after, mem_after, free_after, mix, S, H)
-            gpu_score = sigmoid_score(frag_before, frag_after)
-
-    else:  # CPU and memory only
-        if uses_frag:
-            frag_after = node_frag(model, cpu_after, mem_after, free_before, mix, S, H)
-            gpu_score = sigmoid_score(frag_before, frag_after)
-
-    score = node_score(
-        n, inv, gpus, model_memory, req, policy, params, max_price, max_memory, count, free_before, free_after,
-        frag_before, frag_after, topo, gpu_score, loc,
-    )
-    return OK, score, slots
-
-
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def node_score(
-    n, inv, gpus, model_memory, req, policy, params, max_price, max_memory, count, free_before, free_after,
-    frag_before, frag_after, topo, gpu_score, loc,
+    n, cpu_free_a, mem_free_a, model_a, spot_a, price_a, cpu_cap_a, mem_cap_a, tags_a, milli_a,
+    model_memory, req, policy, params, max_price, max_memory, count, free_before, free_after,
+    frag_before, frag_after, topo, gpu_score,
 ):
     """The policy's score of a feasible node (higher is better)."""
-    (active, cpu_free_a, mem_free_a, pods_free_a, model_a, mode_a, count_a, spot_a, price_a,
-     cpu_cap_a, mem_cap_a, pods_cap_a, tags_a) = inv
     kind = req[0]
     cpu = req[1]
     mem = req[2]
@@ -533,8 +276,12 @@ def node_score(
     demand_milli = (free_before - free_after) / MILLI_UNIT  # GPU milli this pod takes here
     left_milli = free_before / MILLI_UNIT
     if policy == P_GPUPACK:
-        # mix weights sum to 1: growth is the expected fragmentation added, in GPUs
-        score = -params[W_FRAG] * (frag_after - frag_before) / UNIT
+        # mix weights sum to 1: growth is the expected fragmentation added, in GPUs; rounding it to
+        # FRAG_STEP lets near-equal nodes be told apart by the packing term
+        growth = (frag_after - frag_before) / UNIT
+        if params[FRAG_STEP] > 0.0:
+            growth = math.floor(growth / params[FRAG_STEP] + 0.5) * params[FRAG_STEP]
+        score = -params[W_FRAG] * growth
         score += params[W_PACK] * node_used_fraction(count, free_after)
         if kind == KIND_WHOLE and k_gpus > 1:
             score += params[W_TOPO] * topo
@@ -570,7 +317,7 @@ def node_score(
     if policy == P_PACKING:
         if kind == KIND_NONE:
             return 0.0
-        return packing_score(n, gpus, count, kind, k_gpus, req[4], loc)
+        return packing_score(n, milli_a, count, kind, k_gpus, req[4])
     if policy == P_KUBE:
         cpu_part = (cpu_free_a[n] - cpu) * 100 // cpu_cap_a[n] if cpu_cap_a[n] > 0 else 0
         mem_part = (mem_free_a[n] - mem) * 100 // mem_cap_a[n] if mem_cap_a[n] > 0 else 0
@@ -578,10 +325,9 @@ def node_score(
     return 0.0  # random, first-fit: the tie-break order decides
 
 
-@njit(cache=True)
-def packing_score(n, gpus, count, kind, k_gpus, milli_req, loc):
+@njit(cache=True, inline="always")
+def packing_score(n, milli_a, count, kind, k_gpus, milli_req):
     """GpuPacking (ATC'23 baseline): shared GPUs first, then free GPUs on used nodes, then idle nodes."""
-    milli_a, whole_a, slices_a, compute_a, me_a, static_a, sused_a, numa_a, link_a = gpus
     base = n * MAX_GPUS
     nfree = 0
     for j in range(count):
@@ -620,25 +366,19 @@ def schedule(
 ):
     """Score every candidate node; returns (best node or -1, slots) with its placement in best_*.
 
-    Ties on score go to the lowest `rank`.
+    Ties on score go to the lowest `rank`. The tuples are unpacked once here: the per-node code
+    takes plain arrays, so no reference counting happens per node.
     """
-    model_memory = models[0]
-    active = inv[0]
-    count_a = inv[6]
-    price_a = inv[8]
-    model_a = inv[4]
+    (active, cpu_free_a, mem_free_a, pods_free_a, model_a, mode_a, count_a, spot_a, price_a,
+     cpu_cap_a, mem_cap_a, pods_cap_a, tags_a) = inv
+    milli_a, whole_a, slices_a, compute_a, me_a, static_a, sused_a, numa_a, link_a = gpus
+    model_memory, model_compute = models
+    mix_w, mix_i, mix_shape, mix_allowed = mix
     n_nodes = active.shape[0]
-    n_types = mix[0].shape[0]
+    n_types = mix_w.shape[0]
     S = np.zeros(n_types, dtype=np.int64)
     H = np.zeros(n_types, dtype=np.int64)
-    loc = (
-        np.zeros(MAX_GPUS, dtype=np.int32),
-        np.zeros(MAX_GPUS, dtype=np.bool_),
-        np.zeros(MAX_GPUS, dtype=np.int32),
-        np.zeros(MAX_GPUS, dtype=np.int32),
-        np.zeros(MAX_GPUS, dtype=np.bool_),
-        np.zeros(MAX_GPUS, dtype=np.int32),
-    )
+    loc = np.zeros((6, MAX_GPUS), dtype=np.int64)
     width = best_gpu.shape[0]
     cur_gpu = np.zeros(width, dtype=np.int32)
     cur_start = np.zeros(width, dtype=np.int32)
@@ -662,14 +402,275 @@ def schedule(
             out_verdict[n] = NOT_CANDIDATE
             out_score[n] = -np.inf
             continue
-        verdict, score, slots = evaluate_node(
-            n, inv, gpus, models, req, req_shapes, req_me, allowed, mix, policy, params,
-            noise, max_price, max_memory, loc, S, H, cur_gpu, cur_start, cur_shape, tmp_set,
-        )
-        out_verdict[n] = verdict
-        if verdict != OK:
+        verdict = OK
+        kind = req[0]
+        cpu = req[1]
+        mem = req[2]
+        k_gpus = req[3]
+        milli_req = req[4]
+        interruptible = req[5]
+        n_inst = req[6]
+        model = model_a[n]
+        if cpu_free_a[n] < cpu:
+            out_verdict[n] = NO_CPU
             out_score[n] = -np.inf
             continue
+        if mem_free_a[n] < mem:
+            out_verdict[n] = NO_MEMORY
+            out_score[n] = -np.inf
+            continue
+        if pods_free_a[n] < 1:
+            out_verdict[n] = NO_POD_SLOT
+            out_score[n] = -np.inf
+            continue
+        if kind != KIND_NONE and not allowed[model]:
+            out_verdict[n] = MODEL_NOT_ALLOWED
+            out_score[n] = -np.inf
+            continue
+        if spot_a[n] and not interruptible and params[SPOT_FORBID] > 0.0 and policy == P_GPUPACK:
+            out_verdict[n] = SPOT_FORBIDDEN
+            out_score[n] = -np.inf
+            continue
+        mode = mode_a[n]
+        count = count_a[n]
+        base = n * MAX_GPUS
+        ct = model_compute[model]
+        uses_frag = policy == P_GPUPACK or policy == P_FGD
+        free_before = node_type_sums(
+            model, mode, ct, base, count, milli_a, whole_a, slices_a, compute_a, me_a, static_a, sused_a,
+            mix_w, mix_i, mix_shape, loc, S, H,
+        )
+        frag_before = node_frag(model, cpu_free_a[n], mem_free_a[n], free_before, mix_w, mix_i, mix_allowed, S, H) if uses_frag else 0.0
+        cpu_after = cpu_free_a[n] - cpu
+        mem_after = mem_free_a[n] - mem
+        slots = 0
+        free_after = free_before
+        frag_after = frag_before
+        topo = 1.0
+        gpu_score = 0.0  # FGD: score of the best GPU choice
+
+        if kind == KIND_SHARE:
+            best_j = -1
+            best_key = 0.0
+            best_left = 0
+            hosts = 0
+            for j in range(count):
+                if static_a[base + j] == 0 and not loc[L_WHOLE, j] and loc[L_SLICES, j] == 0 and loc[L_COMPUTE, j] == 0:
+                    if loc[L_MILLI, j] >= milli_req:
+                        hosts += 1
+            if hosts == 0:
+                out_verdict[n] = NO_GPU
+                out_score[n] = -np.inf
+                continue
+            pick = int(noise[n] * hosts) if policy == P_RANDOM else 0
+            seen = 0
+            for j in range(count):
+                if not (static_a[base + j] == 0 and not loc[L_WHOLE, j] and loc[L_SLICES, j] == 0 and loc[L_COMPUTE, j] == 0):
+                    continue
+                left = loc[L_MILLI, j]
+                if left < milli_req:
+                    continue
+                if policy == P_RANDOM:
+                    if seen == pick:
+                        best_j = j
+                    seen += 1
+                    continue
+                if policy == P_FIRSTFIT or policy == P_KUBE:
+                    if best_j < 0:
+                        best_j = j
+                    continue
+                if not uses_frag:
+                    if best_j < 0 or left < best_left:
+                        best_j = j
+                        best_left = left
+                    continue
+                # fragmentation-aware: evaluate this GPU choice, once per distinct free amount (the same
+                # amount gives the same fragmentation, and ties keep the lowest index anyway)
+                duplicate = False
+                for o in range(j):
+                    if (static_a[base + o] == 0 and not loc[L_WHOLE, o] and loc[L_SLICES, o] == 0 and loc[L_COMPUTE, o] == 0
+                            and loc[L_MILLI, o] == left):
+                        duplicate = True
+                        break
+                if duplicate:
+                    continue
+                f_change = add_gpu_terms(-1, j, model, mode, ct, static_a[base + j], mix_w, mix_i, mix_shape, loc, S, H)
+                loc[L_MILLI, j] = left - milli_req
+                f_change += add_gpu_terms(1, j, model, mode, ct, static_a[base + j], mix_w, mix_i, mix_shape, loc, S, H)
+                f_after = node_frag(model, cpu_after, mem_after, free_before + f_change, mix_w, mix_i, mix_allowed, S, H)
+                add_gpu_terms(-1, j, model, mode, ct, static_a[base + j], mix_w, mix_i, mix_shape, loc, S, H)
+                loc[L_MILLI, j] = left
+                add_gpu_terms(1, j, model, mode, ct, static_a[base + j], mix_w, mix_i, mix_shape, loc, S, H)
+                if policy == P_FGD:
+                    key = sigmoid_score(frag_before, f_after)
+                    better = best_j < 0 or key > best_key
+                else:
+                    key = -f_after
+                    better = best_j < 0 or key > best_key or (key == best_key and left < best_left)
+                if better:
+                    best_j = j
+                    best_key = key
+                    best_left = left
+                    frag_after = f_after
+                    free_after = free_before - milli_req * MILLI_UNIT
+            cur_gpu[0] = best_j
+            cur_start[0] = -1
+            cur_shape[0] = -1
+            slots = 1
+            free_after = free_before - milli_req * MILLI_UNIT
+            if policy == P_FGD:
+                gpu_score = best_key
+            elif not uses_frag:
+                frag_after = frag_before
+
+        elif kind == KIND_WHOLE:
+            free_mask = 0
+            nfree = 0
+            for j in range(count):
+                if static_a[base + j] == 0 and not loc[L_WHOLE, j] and loc[L_SLICES, j] == 0 and loc[L_COMPUTE, j] == 0 and loc[L_MILLI, j] == 1000:
+                    free_mask |= 1 << j
+                    nfree += 1
+            if nfree < k_gpus:
+                out_verdict[n] = NO_GPU
+                out_score[n] = -np.inf
+                continue
+            use_topology = (policy == P_GPUPACK or params[TOPO_SETS] > 0.0) and (nfree > k_gpus or k_gpus > 1)
+            if use_topology:
+                score_set = best_gpu_set(link_a, numa_a, base, count, free_mask, k_gpus, cur_gpu)
+                if k_gpus > 1:
+                    ideal = best_gpu_set(link_a, numa_a, base, count, (1 << count) - 1, k_gpus, tmp_set)
+                    topo = score_set / ideal if ideal > 0 else 1.0
+            else:
+                m = 0
+                for j in range(count):
+                    if free_mask & (1 << j) and m < k_gpus:
+                        cur_gpu[m] = j
+                        m += 1
+            for m in range(k_gpus):
+                cur_start[m] = -1
+                cur_shape[m] = -1
+            slots = k_gpus
+            free_after = free_before - k_gpus * UNIT
+            if uses_frag:
+                f_change = 0
+                for m in range(k_gpus):
+                    j = cur_gpu[m]
+                    f_change += add_gpu_terms(-1, j, model, mode, ct, static_a[base + j], mix_w, mix_i, mix_shape, loc, S, H)
+                    loc[L_WHOLE, j] = True
+                    loc[L_MILLI, j] = 0
+                    f_change += add_gpu_terms(1, j, model, mode, ct, static_a[base + j], mix_w, mix_i, mix_shape, loc, S, H)
+                frag_after = node_frag(model, cpu_after, mem_after, free_before + f_change, mix_w, mix_i, mix_allowed, S, H)
+                if policy == P_FGD:
+                    gpu_score = sigmoid_score(frag_before, frag_after)
+
+        elif kind == KIND_MIG:
+            if mode == MODE_NONE or count == 0:
+                out_verdict[n] = NO_MIG
+                out_score[n] = -np.inf
+                continue
+            running_free = free_before
+            for q in range(n_inst):
+                s = req_shapes[q, model]
+                if s < 0:
+                    verdict = NO_MIG
+                    break
+                c = SHAPE_COMPUTE[s]
+                size = SHAPE_SIZE[s]
+                need_me = req_me[q]
+                best_j = -1
+                best_st = -1
+                best_pid = -1
+                best_key = 0.0
+                best_used = 0
+                for j in range(count):
+                    static = static_a[base + j]
+                    if mig_fit(s, mode, ct, loc[L_MILLI, j], loc[L_WHOLE, j], loc[L_SLICES, j], loc[L_COMPUTE, j], loc[L_ME, j], static, loc[L_SUSED, j],
+                               need_me) == 0:
+                        continue
+                    if mode == MODE_STATIC:
+                        used_units = popcount(loc[L_SUSED, j])
+                        starts = static & ~loc[L_SUSED, j] & SHAPE_PLACEMENTS[s]
+                    else:
+                        used_units = loc[L_COMPUTE, j]
+                        starts = FREE_STARTS[s, loc[L_SLICES, j]]
+                    n_options = len(PLACEMENT_SHAPE) if mode == MODE_STATIC else 8
+                    for option in range(n_options):
+                        if not (starts >> option) & 1:
+                            continue
+                        # static: options are placement ids; dynamic: start slices
+                        pid = option
+                        st = PLACEMENT_START[option] if mode == MODE_STATIC else option
+                        if policy == P_GPUPACK:
+                            f_change = add_gpu_terms(-1, j, model, mode, ct, static, mix_w, mix_i, mix_shape, loc, S, H)
+                            old_slices = loc[L_SLICES, j]
+                            old_sused = loc[L_SUSED, j]
+                            if mode == MODE_STATIC:
+                                loc[L_SUSED, j] = old_sused | (1 << pid)
+                            else:
+                                loc[L_SLICES, j] = old_slices | (((1 << size) - 1) << st)
+                                loc[L_COMPUTE, j] += c
+                            f_change += add_gpu_terms(1, j, model, mode, ct, static, mix_w, mix_i, mix_shape, loc, S, H)
+                            f_after = node_frag(model, cpu_after, mem_after, running_free + f_change, mix_w, mix_i, mix_allowed, S, H)
+                            add_gpu_terms(-1, j, model, mode, ct, static, mix_w, mix_i, mix_shape, loc, S, H)
+                            loc[L_SLICES, j] = old_slices
+                            loc[L_SUSED, j] = old_sused
+                            if mode != MODE_STATIC:
+                                loc[L_COMPUTE, j] -= c
+                            add_gpu_terms(1, j, model, mode, ct, static, mix_w, mix_i, mix_shape, loc, S, H)
+                            key = -f_after
+                            better = (
+                                best_j < 0 or key > best_key
+                                or (key == best_key and used_units > best_used)
+                                or (key == best_key and used_units == best_used and j == best_j and st > best_st)
+                            )
+                        elif policy == P_FIRSTFIT or policy == P_KUBE:
+                            better = best_j < 0
+                        else:  # best fit: the fullest GPU that fits, lowest start
+                            better = best_j < 0 or used_units > best_used
+                        if better:
+                            best_j = j
+                            best_st = st
+                            best_pid = pid
+                            best_key = key if policy == P_GPUPACK else 0.0
+                            best_used = used_units
+                if best_j < 0:
+                    verdict = NO_MIG
+                    break
+                # take the chosen instance in the local picture
+                static = static_a[base + best_j]
+                running_free += add_gpu_terms(-1, best_j, model, mode, ct, static, mix_w, mix_i, mix_shape, loc, S, H)
+                if mode == MODE_STATIC:
+                    loc[L_SUSED, best_j] |= 1 << best_pid
+                else:
+                    loc[L_SLICES, best_j] |= ((1 << size) - 1) << best_st
+                    loc[L_COMPUTE, best_j] += c
+                    if need_me:
+                        loc[L_ME, best_j] = 1
+                running_free += add_gpu_terms(1, best_j, model, mode, ct, static, mix_w, mix_i, mix_shape, loc, S, H)
+                cur_gpu[q] = best_j
+                cur_start[q] = best_st
+                cur_shape[q] = s
+            if verdict != OK:
+                out_verdict[n] = verdict
+                out_score[n] = -np.inf
+                continue
+            slots = n_inst
+            free_after = running_free
+            if uses_frag:
+                frag_after = node_frag(model, cpu_after, mem_after, free_after, mix_w, mix_i, mix_allowed, S, H)
+                gpu_score = sigmoid_score(frag_before, frag_after)
+
+        else:  # CPU and memory only
+            if uses_frag:
+                frag_after = node_frag(model, cpu_after, mem_after, free_before, mix_w, mix_i, mix_allowed, S, H)
+                gpu_score = sigmoid_score(frag_before, frag_after)
+
+        score = node_score(
+            n, cpu_free_a, mem_free_a, model_a, spot_a, price_a, cpu_cap_a, mem_cap_a, tags_a, milli_a,
+            model_memory, req, policy, params, max_price, max_memory, count, free_before, free_after,
+            frag_before, frag_after, topo, gpu_score,
+        )
+        out_verdict[n] = OK
         out_score[n] = score
         if best < 0 or score > best_score or (score == best_score and rank[n] < rank[best]):
             best = n

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,7 +65,7 @@ class WorkloadMix:
         """A fixed mix learns nothing."""
 
     def arrays(self, models: list, max_models: int) -> tuple:
-        """Kernel arrays: (weight, kind, cpu, mem, gpus, milli, shape[T, M], allowed[T, M])."""
+        """Kernel arrays: (weight[T], [kind, cpu, mem, gpus, milli][T, 5], shape[T, M], allowed[T, M])."""
         types, weights = self.current()
         t = len(types)
         shape = np.full((t, max_models), -1, dtype=np.int64)
@@ -73,20 +74,13 @@ class WorkloadMix:
             for mid, model in enumerate(models):
                 allowed[i, mid] = task.allowed_products is None or model.product in task.allowed_products
                 if task.mig_profile and model.mig_family is not None:
-                    try:
+                    with suppress(KeyError):  # the profile does not exist on this model
                         shape[i, mid] = resolve_profile(model.mig_family, task.mig_profile)[0]
-                    except KeyError:
-                        pass
-        return (
-            weights.astype(np.float64),
-            np.array([task.kind for task in types], dtype=np.int64),
-            np.array([task.cpu_milli for task in types], dtype=np.int64),
-            np.array([task.memory_bytes for task in types], dtype=np.int64),
-            np.array([task.gpus for task in types], dtype=np.int64),
-            np.array([task.milli for task in types], dtype=np.int64),
-            shape,
-            allowed,
-        )
+        ints = np.array(
+            [[int(task.kind), task.cpu_milli, task.memory_bytes, task.gpus, task.milli] for task in types],
+            dtype=np.int64,
+        ).reshape(t, 5)
+        return weights.astype(np.float64), ints, shape, allowed
 
 
 def empty_mix() -> WorkloadMix:
@@ -123,8 +117,9 @@ def _spec_key(task: TaskType) -> str:
 class LearnedMix(WorkloadMix):
     """A decayed histogram of the request shapes seen so far, over a small prior.
 
-    Each observation adds weight 1 to its shape after every older weight has decayed by
-    2^(-1/half_life), so the mix follows the workload as it drifts. The kernels get the most
+    Each observation adds weight 1 (plus `gpu_weight` per whole GPU it asks for, so rare large jobs
+    still count) to its shape after every older weight has decayed by 2^(-1/half_life), so the mix
+    follows the workload as it drifts. The kernels get the most
     weighted shapes that cover `coverage` of the total (at most MAX_TYPES).
     """
 
@@ -135,8 +130,10 @@ class LearnedMix(WorkloadMix):
         half_life: float = 2000.0,
         coverage: float = 0.95,
         refresh_every: int = 64,
+        gpu_weight: float = 0.0,
     ) -> None:
         super().__init__([], [])
+        self._gpu_weight = gpu_weight
         self._decay = 0.5 ** (1.0 / half_life)
         self._scale = 1.0  # weights are stored divided by the accumulated decay
         self._counts: dict[TaskType, float] = {t: prior_weight / max(len(prior), 1) for t in prior}
@@ -149,7 +146,8 @@ class LearnedMix(WorkloadMix):
         """Count one request; the kernel view is refreshed every `refresh_every` observations."""
         self._scale /= self._decay
         key = TaskType.of(request)
-        self._counts[key] = self._counts.get(key, 0.0) + self._scale
+        weight = 1.0 + self._gpu_weight * (request.gpus if request.kind == Kind.WHOLE else 0)
+        self._counts[key] = self._counts.get(key, 0.0) + weight * self._scale
         if self._scale > 1e100:
             self._counts = {k: v / self._scale for k, v in self._counts.items() if v / self._scale > 1e-12}
             self._scale = 1.0

@@ -1,0 +1,38 @@
+# gpupack: the extender sidecar image (ghcr.io/gpupack/gpupack:<version>).
+#   docker build -t ghcr.io/gpupack/gpupack:0.1.0 .
+#   docker run --rm -p 8888:8888 ghcr.io/gpupack/gpupack:0.1.0     # serves the example cluster
+# In the cluster (manifests/deployment.yaml) it runs `gpupack serve --host 127.0.0.1 ...` next to
+# kube-scheduler, as uid 10001, with a read-only root filesystem and an emptyDir at /tmp.
+
+FROM python:3.11-slim AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+# README.m[d]: pyproject.toml names README.md as the long description
+COPY pyproject.toml README.m[d] ./
+COPY scoring/ scoring/
+COPY extender/ extender/
+COPY bench/ bench/
+RUN pip wheel --wheel-dir /wheels .
+
+FROM python:3.11-slim
+# The root filesystem is read-only in the cluster: numba's kernel cache and matplotlib's config go
+# to /tmp (an emptyDir there).
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    NUMBA_CACHE_DIR=/tmp/numba-cache \
+    MPLCONFIGDIR=/tmp/matplotlib
+RUN groupadd --system --gid 10001 gpupack \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin gpupack
+COPY --from=build /wheels /wheels
+# byte-compile at build time: at run time site-packages is read-only
+RUN pip install --no-compile /wheels/*.whl && rm -rf /wheels \
+ && python -m compileall -q "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+COPY manifests/examples/cluster.yaml /usr/share/gpupack/cluster.yaml
+# numeric, so kubelet can check runAsNonRoot
+USER 10001:10001
+EXPOSE 8888
+ENTRYPOINT ["gpupack"]
+CMD ["serve", "--cluster-file", "/usr/share/gpupack/cluster.yaml", "--host", "0.0.0.0", "--port", "8888"]

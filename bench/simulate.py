@@ -1,0 +1,259 @@
+"""The packing simulator: submit pods one at a time to the same engine the extender runs.
+
+Protocols (DESIGN.md §6): `fgd` — seeded shuffle, tune to 130 % of GPU capacity, one attempt per
+pod, failures dropped, allocation read at arrived = 100 % and 130 %; `replay` — file order, once.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bench.protocol import fgd_order, replay_order
+from bench.workload import Trace, TracePod, gpu_milli_capacity
+from scoring import policies
+from scoring.engine import Engine
+from scoring.facts import MigMode, NodeFacts, Placement
+from scoring.geometry import SHAPE_COMPUTE, resolve_profile
+from scoring.inventory import Inventory
+from scoring.mix import typical_mix
+from scoring.policies import PolicySpec, TieBreak
+from scoring.request import Kind, PodRequest
+
+CURVE_STEP_PCT = 1.0
+
+
+@dataclass
+class RunResult:
+    """One seed's run: what was submitted and placed, and the allocation curve."""
+
+    seed: int | None
+    pods_submitted: int = 0
+    pods_scheduled: int = 0
+    alloc_pct_at_100: float | None = None
+    alloc_pct_at_130: float | None = None
+    curve: list[tuple[float, float]] = field(default_factory=list)
+    placements: dict[str, Placement] = field(default_factory=dict)
+    failed_by_kind: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_json(self, with_placements: bool) -> dict[str, object]:
+        out: dict[str, object] = {
+            "seed": self.seed,
+            "pods_submitted": self.pods_submitted,
+            "pods_scheduled": self.pods_scheduled,
+            "alloc_pct_at_100": _round(self.alloc_pct_at_100),
+            "alloc_pct_at_130": _round(self.alloc_pct_at_130),
+            "curve": [[round(a, 3), round(u, 3)] for a, u in self.curve],
+            "failed_by_kind": self.failed_by_kind,
+            "seconds": round(self.seconds, 3),
+        }
+        if with_placements:
+            out["scheduled"] = list(self.placements)
+            out["placements"] = {name: p.to_assignment() for name, p in self.placements.items()}
+        return out
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def make_policy(name: str, trace_pods: list[TracePod]) -> PolicySpec:
+    """The named policy; `fgd` gets its oracle: the typical shapes of the whole trace."""
+    if name == "gpupack":
+        return policies.gpupack()
+    if name == "fgd":
+        return policies.fgd(typical_mix(p.request for p in trace_pods))
+    if name.endswith("+besteffort"):
+        return policies.baseline(name.removesuffix("+besteffort"), topology_sets=True)
+    return policies.baseline(name)
+
+
+def build_inventory(nodes: list[NodeFacts]) -> Inventory:
+    """An inventory holding every node of the trace, nothing allocated."""
+    inventory = Inventory(capacity=max(len(nodes), 1))
+    for facts in nodes:
+        inventory.add_node(facts)
+    return inventory
+
+
+def placed_gpus(inventory: Inventory, placement: Placement) -> float:
+    """GPUs a placement takes, in whole-GPU units (MIG: compute slices / the GPU's compute slices)."""
+    total = 0.0
+    model = inventory.models[int(inventory.node_model[inventory.index[placement.node]])]
+    for slot in placement.slots:
+        if slot.mig:
+            family = model.mig_family
+            assert family is not None
+            shape, _ = resolve_profile(family, slot.mig)
+            total += int(SHAPE_COMPUTE[shape]) / family.compute_total
+        elif slot.milli:
+            total += slot.milli / 1000
+        else:
+            total += 1.0
+    return total
+
+
+def requested_gpus(request: PodRequest, mig_compute_total: int = 7) -> float:
+    """GPUs a request asks for, in whole-GPU units (MIG by compute slices of an 80 GB-family GPU)."""
+    if request.kind == Kind.MIG:
+        return sum(_mig_compute(profile) * count for profile, count in request.mig) / mig_compute_total
+    return request.gpu_demand
+
+
+def _mig_compute(profile: str) -> int:
+    head = profile.split("g.", 1)[0]
+    return int(head) if head.isdigit() else 1
+
+
+def run_once(
+    trace: Trace,
+    order: list[TracePod],
+    policy: PolicySpec,
+    seed: int | None,
+    keep_placements: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> RunResult:
+    """Submit `order` one pod at a time; failures are dropped, never retried."""
+    started = time.perf_counter()
+    inventory = build_inventory(trace.nodes)
+    engine = Engine(inventory, policy)
+    capacity = float(inventory.gpus_total())
+    n = inventory.size
+    rng = np.random.default_rng(seed if seed is not None else 0)
+    fixed_rank = rng.permutation(n).astype(np.int64)
+    result = RunResult(seed)
+    arrived = allocated = 0.0
+    next_point = 0.0
+    for i, pod in enumerate(order):
+        request = pod.request
+        arrived += requested_gpus(request)
+        engine.observe(request)
+        rank = fixed_rank if policy.tie_break == TieBreak.FIXED else rng.permutation(n).astype(np.int64)
+        noise = rng.random(n) if policy.kernel_id == policies.k.P_RANDOM else None
+        decision = engine.decide(request, rank=rank, noise=noise)
+        result.pods_submitted += 1
+        if decision.placement is not None:
+            inventory.commit(decision.placement)
+            allocated += placed_gpus(inventory, decision.placement)
+            result.pods_scheduled += 1
+            if keep_placements:
+                result.placements[pod.name] = decision.placement
+        else:
+            result.failed_by_kind[_kind_label(request)] = result.failed_by_kind.get(_kind_label(request), 0) + 1
+        arrived_pct = 100.0 * arrived / capacity
+        alloc_pct = 100.0 * allocated / capacity
+        if result.alloc_pct_at_100 is None and arrived_pct >= 100.0:
+            result.alloc_pct_at_100 = alloc_pct
+        if result.alloc_pct_at_130 is None and arrived_pct >= 130.0:
+            result.alloc_pct_at_130 = alloc_pct
+        if arrived_pct >= next_point or i == len(order) - 1:
+            result.curve.append((arrived_pct, alloc_pct))
+            next_point = arrived_pct + CURVE_STEP_PCT
+        if progress and i % 500 == 0:
+            progress(i, len(order))
+    if result.alloc_pct_at_130 is None and result.curve:
+        result.alloc_pct_at_130 = result.curve[-1][1]  # the run ended just short of 130 %
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _kind_label(request: PodRequest) -> str:
+    if request.kind == Kind.MIG:
+        return "mig-" + "+".join(p for p, _ in request.mig)
+    if request.kind == Kind.WHOLE:
+        return f"gpu-{request.gpus}"
+    return request.kind.name.lower()
+
+
+def with_dynamic_mig(trace: Trace) -> Trace:
+    """`--mig dynamic`: MIG-capable nodes become dynamic; shares become the smallest 80 GB-family
+    profile with at least ceil(milli x 7 / 1000) compute slices."""
+    nodes = [_dynamic(node) for node in trace.nodes]
+    pods = [TracePod(p.name, share_to_mig(p.request), p.qos) for p in trace.pods]
+    return Trace(nodes, pods)
+
+
+def _dynamic(node: NodeFacts) -> NodeFacts:
+    from scoring.gpu_models import lookup_model
+
+    if node.gpu_count and lookup_model(node.gpu_product).mig_family is not None:
+        return NodeFacts(**{**node.__dict__, "mig_mode": MigMode.DYNAMIC, "mig_layout": {}})
+    return node
+
+
+MIG_80GB_BY_SLICES = ((1, "1g.10gb"), (2, "2g.20gb"), (3, "3g.40gb"), (4, "4g.40gb"), (7, "7g.80gb"))
+
+
+def share_to_mig(request: PodRequest) -> PodRequest:
+    """A share request as the smallest 80 GB-family MIG profile with enough compute slices."""
+    if request.kind != Kind.SHARE:
+        return request
+    need = -(-request.milli * 7 // 1000)
+    profile = next(name for slices, name in MIG_80GB_BY_SLICES if slices >= need)
+    return PodRequest(
+        request.cpu_milli,
+        request.memory_bytes,
+        Kind.MIG,
+        mig=((profile, 1),),
+        allowed_products=request.allowed_products,
+        interruptible=request.interruptible,
+    )
+
+
+def simulate(
+    trace: Trace,
+    policy_name: str,
+    protocol: str = "fgd",
+    seeds: list[int] | None = None,
+    ratio: float = 1.3,
+    show_progress: bool = False,
+) -> dict[str, object]:
+    """Run a policy over a trace with a protocol and seeds; the JSON object of DESIGN.md §6."""
+    started = time.perf_counter()
+    capacity_milli = gpu_milli_capacity(trace.nodes)
+    runs: list[RunResult] = []
+    seed_list: list[int | None] = list(seeds) if protocol == "fgd" and seeds else [None]
+    for seed in seed_list:
+        policy = make_policy(policy_name, trace.pods)
+        if protocol == "fgd":
+            order = fgd_order(trace.pods, capacity_milli, int(seed or 0), ratio)
+        else:
+            order = replay_order(trace.pods)
+        runs.append(
+            run_once(
+                trace, order, policy, seed, keep_placements=protocol == "replay",
+                progress=_progress_bar(policy_name, seed) if show_progress else None,
+            )
+        )  # fmt: skip
+        if show_progress:
+            print(file=sys.stderr)
+    unalloc_100 = [100.0 - r.alloc_pct_at_100 for r in runs if r.alloc_pct_at_100 is not None]
+    unalloc_130 = [100.0 - r.alloc_pct_at_130 for r in runs if r.alloc_pct_at_130 is not None]
+    return {
+        "policy": policy_name,
+        "protocol": protocol,
+        "gpus_total": sum(node.gpu_count for node in trace.nodes),
+        "runs": [r.to_json(with_placements=protocol == "replay") for r in runs],
+        "median": {
+            "unallocated_pct_at_100": _round(statistics.median(unalloc_100)) if unalloc_100 else None,
+            "unallocated_pct_at_130": _round(statistics.median(unalloc_130)) if unalloc_130 else None,
+        },
+        "pods_per_second": round(sum(r.pods_submitted for r in runs) / max(time.perf_counter() - started, 1e-9), 1),
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+
+
+def _progress_bar(label: str, seed: int | None) -> Callable[[int, int], None]:
+    def show(done: int, total: int) -> None:
+        width = 30
+        filled = int(width * done / max(total, 1))
+        print(f"\r{label} seed {seed}: [{'#' * filled}{'.' * (width - filled)}] {done}/{total}", end="",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+    return show

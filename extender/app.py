@@ -1,0 +1,124 @@
+"""The HTTP service kube-scheduler calls (DESIGN.md §5): routes only read the body, call a verb, answer.
+
+- `POST /filter`, `/prioritize`, `/bind`: bodies are read raw (at most `maxBodyBytes`, else 413),
+  handled by extender.verbs in a worker thread and answered with the bytes extender.wire produced.
+  A body kube-scheduler would never send gets 400 `{"Error": reason}`. An unexpected failure is
+  logged (with its traceback the first time per verb and exception type) and answered in the verb's
+  own terms — a filter `Error`, a bind `Error`, an empty priority list — never a 500.
+- `GET /healthz` (alive), `GET /readyz` (503 until synced and warmed up), `GET /metrics`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+
+from extender import verbs
+from extender.metrics import CONTENT_TYPE, Metrics
+from extender.settings import Settings
+from extender.state import ClusterState
+from extender.wire import ExtenderBindingResult, WireError, filter_error
+
+logger = logging.getLogger(__name__)
+JSON = "application/json"
+
+
+class BodyTooLarge(Exception):
+    """The request body exceeds the configured limit."""
+
+
+def create_app(state: ClusterState, settings: Settings, metrics: Metrics | None = None) -> FastAPI:
+    """The extender's FastAPI application over `state`."""
+    metrics = metrics or Metrics(state)
+    app = FastAPI(title="gpupack", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.cluster = state
+    app.state.metrics = metrics
+    failures_logged: set[tuple[str, str]] = set()
+
+    fallbacks: dict[str, Callable[[str], bytes]] = {
+        "filter": lambda reason: filter_error(reason).to_json(),
+        "prioritize": lambda reason: b"[]",
+        "bind": lambda reason: ExtenderBindingResult(error=reason).to_json(),
+    }
+
+    async def answer(request: Request, verb: str, handle: Callable[[bytes], bytes]) -> Response:
+        started = time.perf_counter()
+        status = 200
+        try:
+            body = await read_body(request, settings.max_body_bytes)
+            content = await run_in_threadpool(handle, body)
+        except BodyTooLarge as exc:
+            status, content = 413, error_json(str(exc))
+        except WireError as exc:
+            status, content = 400, error_json(str(exc))
+        except Exception as exc:
+            signature = (verb, type(exc).__name__)
+            if signature in failures_logged:
+                logger.error("%s failed: %s: %s", verb, type(exc).__name__, exc)
+            else:
+                failures_logged.add(signature)
+                logger.exception("%s failed unexpectedly", verb)
+            content = fallbacks[verb](f"gpupack internal error in {verb}: {type(exc).__name__}")
+        metrics.observe(verb, status, time.perf_counter() - started)
+        return Response(content=content, status_code=status, media_type=JSON)
+
+    @app.post("/filter")
+    async def filter_(request: Request) -> Response:
+        return await answer(request, "filter", lambda body: verbs.filter_body(state, settings, body))
+
+    @app.post("/prioritize")
+    async def prioritize(request: Request) -> Response:
+        return await answer(request, "prioritize", lambda body: verbs.prioritize_body(state, body))
+
+    @app.post("/bind")
+    async def bind(request: Request) -> Response:
+        return await answer(request, "bind", lambda body: verbs.bind_body(state, body))
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return Response(content=b'{"status":"ok"}', media_type=JSON)
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        if state.ready:
+            return Response(content=b'{"status":"ready"}', media_type=JSON)
+        waiting = [what for what, done in (("sync", state.synced), ("warm-up", state.warm)) if not done]
+        body = {"status": "not ready", "waiting_for": waiting}
+        return Response(content=orjson.dumps(body), status_code=503, media_type=JSON)
+
+    @app.get("/metrics")
+    async def metrics_() -> Response:
+        return Response(content=await run_in_threadpool(metrics.render), media_type=CONTENT_TYPE)
+
+    return app
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole request body, refusing (BodyTooLarge) anything over `limit` bytes before reading it all."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            size = int(declared)
+        except ValueError:
+            raise WireError(f"Content-Length {declared!r} is not a number") from None
+        if size > limit:
+            raise BodyTooLarge(f"request body of {size} bytes exceeds the limit of {limit} bytes")
+    chunks: list[bytes] = []
+    received = 0
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received > limit:
+            raise BodyTooLarge(f"request body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def error_json(reason: str) -> bytes:
+    """`{"Error": reason}`: the key kube-scheduler reads in every extender answer."""
+    return orjson.dumps({"Error": reason})

@@ -1,0 +1,83 @@
+"""`gpupack` command line (DESIGN.md §6): serve, simulate, bench, explain."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def _seeds(text: str) -> list[int]:
+    """`42-51` or `42,43,50` -> list of seeds."""
+    seeds: list[int] = []
+    try:
+        for part in text.split(","):
+            if "-" in part:
+                low, high = part.split("-", 1)
+                seeds.extend(range(int(low), int(high) + 1))
+            else:
+                seeds.append(int(part))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seeds must look like 42-51 or 42,43: {text!r}") from None
+    return seeds
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(prog="gpupack", description="GPU-aware kube-scheduler extender")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the scheduler extender HTTP service")
+    source = serve.add_mutually_exclusive_group()
+    source.add_argument("--cluster-file", help="YAML/JSON list of Node and Pod objects served from memory")
+    source.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster config)")
+    serve.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None, help="listen port (default 8888)")
+    serve.add_argument("--config", help="policy/service config YAML")
+    serve.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
+    serve.add_argument("--tls-key", help="private key for --tls-cert (PEM)")
+
+    simulate = sub.add_parser("simulate", help="replay a workload trace against a policy")
+    simulate.add_argument("--nodes", required=True, help="openb node CSV or YAML/JSON list of Nodes")
+    simulate.add_argument("--pods", required=True, help="openb pod CSV or YAML/JSON list of Pods")
+    simulate.add_argument("--policy", default="gpupack", help="policy name (default gpupack)")
+    simulate.add_argument("--seeds", type=_seeds, default=[42], help="e.g. 42-51 (fgd protocol)")
+    simulate.add_argument("--protocol", choices=("fgd", "replay"), default="fgd")
+    simulate.add_argument("--mig", choices=("dynamic",), help="dynamic MIG on MIG-capable GPUs")
+    simulate.add_argument("--json", action="store_true", help="print one JSON object")
+    simulate.add_argument("--plot", help="write the allocation curves to this PNG")
+
+    bench = sub.add_parser("bench", help="run the standard comparison and write a report")
+    bench.add_argument("--quick", action="store_true", help="fewer seeds and smaller scenarios")
+    bench.add_argument("--out", default="bench/results", help="report folder (default bench/results)")
+
+    explain = sub.add_parser("explain", help="why a pod would go where")
+    explain.add_argument("--cluster-file", required=True, help="YAML/JSON list of Node and Pod objects")
+    explain.add_argument("--pod", required=True, help="YAML/JSON file holding the Pod to place")
+    explain.add_argument("--config", help="policy config YAML")
+    explain.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `gpupack` console script."""
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        from extender.service import serve
+
+        return serve(args)
+    if args.command == "simulate":
+        from bench.simulate_cli import run
+
+        return run(args)
+    if args.command == "bench":
+        from bench.report import run as run_bench
+
+        return run_bench(args)
+    from extender.explain import run as run_explain
+
+    return run_explain(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Prometheus metrics of the extender, in a registry of its own (never the process-global one).
+
+Request latency is observed by the HTTP layer as requests finish; everything else is read from
+`ClusterState.snapshot()` at scrape time, so the state keeps plain counters and knows nothing of
+Prometheus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from extender.state import ClusterState
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Metrics:
+    """The extender's registry: a latency histogram per verb plus the state's read-outs."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.latency = Histogram(
+            "gpupack_request_duration_seconds",
+            "Time to answer a kube-scheduler extender call, by verb and HTTP status.",
+            ("verb", "code"),
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(_StateCollector(state))
+
+    def observe(self, verb: str, code: int, seconds: float) -> None:
+        """Record one answered request."""
+        self.latency.labels(verb, str(code)).observe(seconds)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of the registry."""
+        return generate_latest(self.registry)
+
+
+class _StateCollector(Collector):
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        snap = self.state.snapshot()
+        decisions = CounterMetricFamily(
+            "gpupack_decisions", "Filter decisions by outcome and reason.", labels=("outcome", "reason")
+        )
+        for (outcome, reason), count in sorted(snap.decisions.items()):
+            decisions.add_metric((outcome, reason), count)
+        yield decisions
+        failures = CounterMetricFamily("gpupack_bind_failures", "Failed binds by reason.", labels=("reason",))
+        for reason, count in sorted(snap.bind_failures.items()):
+            failures.add_metric((reason,), count)
+        yield failures
+        ended = CounterMetricFamily(
+            "gpupack_reservations_ended", "Reservations that ended, by how.", labels=("how",)
+        )
+        for how, count in sorted(snap.reservations_ended.items()):
+            ended.add_metric((how,), count)
+        yield ended
+        reservations = GaugeMetricFamily(
+            "gpupack_reservations", "Live reservations by state.", labels=("state",)
+        )
+        for state, count in sorted(snap.reservations.items()):
+            reservations.add_metric((state,), count)
+        yield reservations
+        yield GaugeMetricFamily("gpupack_gpus", "GPUs on usable nodes.", value=snap.gpus_total)
+        yield GaugeMetricFamily(
+            "gpupack_gpus_allocated",
+            "GPUs in use (shares count their fraction, MIG its compute slices).",
+            value=snap.gpus_allocated,
+        )
+        yield GaugeMetricFamily(
+            "gpupack_gpus_free", "GPUs not in use.", value=snap.gpus_total - snap.gpus_allocated
+        )
+        yield GaugeMetricFamily(
+            "gpupack_mig_free_slices",
+            "Free MIG memory slices (dynamic-MIG GPUs and unused static instances).",
+            value=snap.free_mig_slices,
+        )
+        yield GaugeMetricFamily("gpupack_nodes", "Nodes in the inventory.", value=snap.nodes)
+        yield GaugeMetricFamily(
+            "gpupack_nodes_unusable",
+            "Nodes whose labels or annotations gpupack cannot read.",
+            value=snap.bad_nodes,
+        )
+        yield GaugeMetricFamily("gpupack_pods_bound", "Bound pods gpupack accounts for.", value=snap.pods)
+        yield GaugeMetricFamily(
+            "gpupack_pods_unplaced", "Bound pods that hold no capacity yet.", value=snap.unplaced_pods
+        )
+        yield GaugeMetricFamily(
+            "gpupack_ready", "1 when synced and warmed up.", value=int(snap.synced and snap.warm)
+        )

@@ -1,0 +1,140 @@
+"""The life of a filter decision, as kube-scheduler's own cache names it (STYLE.md).
+
+    ASSUMED ──start_bind──► BINDING ──confirm──► CONFIRMED
+       │                      │
+       └── forget / expire ───┴──► FORGOTTEN
+
+- ASSUMED: filter chose a node and placement; the capacity is held and a TTL runs.
+- BINDING: bind is writing the annotation and the Binding; no TTL while the writes are in flight.
+  `finish_bind` (the Binding was created) restarts the TTL: if the informer never shows the pod
+  bound, the hold is dropped like an unconfirmed assume in kube-scheduler.
+- CONFIRMED: the informer saw the pod bound with this placement; the pod itself now holds the
+  capacity and the reservation leaves the book.
+- FORGOTTEN: bind failed, the pod was deleted, its node vanished or the TTL expired; the caller
+  gives the capacity back.
+
+This module only tracks states and deadlines; `ClusterState` commits and releases the capacity.
+Every transition returns the reservation it changed (None when there was nothing to change), so
+the caller knows exactly what to release. Not thread-safe on its own: `ClusterState` holds its lock.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from scoring.facts import Placement
+from scoring.request import PodRequest
+
+Clock = Callable[[], float]
+
+
+class ReservationState(StrEnum):
+    """Where a reservation is in its life."""
+
+    ASSUMED = "assumed"
+    BINDING = "binding"
+    CONFIRMED = "confirmed"
+    FORGOTTEN = "forgotten"
+
+
+@dataclass
+class Reservation:
+    """Capacity held for one pod between filter and the informer seeing it bound."""
+
+    uid: str
+    key: str  # namespace/name
+    placement: Placement
+    request: PodRequest
+    state: ReservationState
+    deadline: float | None  # None while the bind writes are in flight
+
+    @property
+    def node(self) -> str:
+        """The node the capacity is held on."""
+        return self.placement.node
+
+
+class ReservationBook:
+    """Live reservations by pod uid, and the only place their states change."""
+
+    def __init__(self, ttl_seconds: float, clock: Clock) -> None:
+        self.ttl = ttl_seconds
+        self.clock = clock
+        self._live: dict[str, Reservation] = {}
+        self.ended: Counter[str] = Counter()  # how reservations ended: confirmed, bind failed, ...
+
+    def get(self, uid: str) -> Reservation | None:
+        """The live reservation of a pod, if any."""
+        return self._live.get(uid)
+
+    def live(self) -> list[Reservation]:
+        """Every ASSUMED or BINDING reservation."""
+        return list(self._live.values())
+
+    def on_node(self, node: str) -> list[Reservation]:
+        """Live reservations holding capacity on `node`."""
+        return [r for r in self._live.values() if r.node == node]
+
+    def counts(self) -> dict[ReservationState, int]:
+        """Live reservations by state."""
+        counts = dict.fromkeys((ReservationState.ASSUMED, ReservationState.BINDING), 0)
+        for reservation in self._live.values():
+            counts[reservation.state] += 1
+        return counts
+
+    # ------------------------------------------------------------------ transitions
+    def assume(self, uid: str, key: str, placement: Placement, request: PodRequest) -> Reservation:
+        """Record a filter decision whose capacity the caller has just committed."""
+        if uid in self._live:
+            raise ValueError(f"pod {key} already holds a reservation")
+        reservation = Reservation(
+            uid, key, placement, request, ReservationState.ASSUMED, self.clock() + self.ttl
+        )
+        self._live[uid] = reservation
+        return reservation
+
+    def start_bind(self, uid: str) -> Reservation | None:
+        """ASSUMED -> BINDING (the TTL stops while the writes are in flight)."""
+        reservation = self._live.get(uid)
+        if reservation is None or reservation.state != ReservationState.ASSUMED:
+            return None
+        reservation.state = ReservationState.BINDING
+        reservation.deadline = None
+        return reservation
+
+    def finish_bind(self, uid: str) -> Reservation | None:
+        """The Binding exists: restart the TTL until the informer confirms."""
+        reservation = self._live.get(uid)
+        if reservation is None or reservation.state != ReservationState.BINDING:
+            return None
+        reservation.deadline = self.clock() + self.ttl
+        return reservation
+
+    def confirm(self, uid: str) -> Reservation | None:
+        """ASSUMED/BINDING -> CONFIRMED: the pod is bound; it leaves the book (its capacity stays held)."""
+        reservation = self._live.pop(uid, None)
+        if reservation is None:
+            return None
+        reservation.state = ReservationState.CONFIRMED
+        reservation.deadline = None
+        self.ended["confirmed"] += 1
+        return reservation
+
+    def forget(self, uid: str, why: str) -> Reservation | None:
+        """-> FORGOTTEN (bind failed, pod deleted, node gone, ...): the caller releases the capacity."""
+        reservation = self._live.pop(uid, None)
+        if reservation is None:
+            return None
+        reservation.state = ReservationState.FORGOTTEN
+        reservation.deadline = None
+        self.ended[why] += 1
+        return reservation
+
+    def expire_due(self, now: float | None = None) -> list[Reservation]:
+        """Forget every reservation whose deadline has passed; returns them for release."""
+        now = self.clock() if now is None else now
+        due = [r.uid for r in self._live.values() if r.deadline is not None and r.deadline <= now]
+        return [r for uid in due if (r := self.forget(uid, "expired")) is not None]

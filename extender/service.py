@@ -1,0 +1,102 @@
+"""`gpupack serve`: settings, cluster source, state and HTTP app wired together and run under uvicorn.
+
+uvicorn runs one worker (the state lives in this process) with the h11 protocol. Every accepted
+connection gets TCP_NODELAY explicitly (`NoDelayH11Protocol`), so kube-scheduler's keep-alive calls
+do not pay Nagle + delayed-ACK stalls of ~40 ms (extender-wire/README.md). asyncio sets it by itself
+only when the listening socket's proto is IPPROTO_TCP, which a socket handed over by a supervisor
+(or a test) need not be.
+TLS is served when --tls-cert and --tls-key are given (kube-scheduler's `enableHTTPS: true`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import socket
+import sys
+import threading
+
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from extender import logs
+from extender.app import create_app
+from extender.settings import Settings, SettingsError, load_settings
+from extender.sources import (
+    ClusterFileSource,
+    KubernetesSource,
+    OfficialKubeApi,
+    SourceError,
+    load_kube_config,
+)
+from extender.state import ClusterState
+
+logger = logging.getLogger(__name__)
+
+
+class NoDelayH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with TCP_NODELAY set on every TCP connection."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        """Disable Nagle's algorithm, then proceed as uvicorn does."""
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                logger.debug("could not set TCP_NODELAY", exc_info=True)
+        super().connection_made(transport)
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run the extender until interrupted; returns the process exit code."""
+    logs.configure()
+    if bool(getattr(args, "tls_cert", None)) != bool(getattr(args, "tls_key", None)):
+        print("gpupack serve: --tls-cert and --tls-key go together", file=sys.stderr)
+        return 2
+    try:
+        settings = load_settings(args.config, host=args.host, port=args.port)
+        state = ClusterState(settings)
+        source = build_source(args, state, settings)
+    except (SettingsError, SourceError) as exc:
+        print(f"gpupack serve: {exc}", file=sys.stderr)
+        return 2
+    state.writer = source
+    server = uvicorn.Server(uvicorn_config(create_app(state, settings), settings, args))
+    source.start()
+    threading.Thread(target=state.warm_up, name="gpupack-warm-up", daemon=True).start()
+    logger.info("serving on %s:%d", settings.host, settings.port)
+    try:
+        server.run()
+    finally:
+        source.stop()
+    return 0
+
+
+def build_source(
+    args: argparse.Namespace, state: ClusterState, settings: Settings
+) -> ClusterFileSource | KubernetesSource:
+    """The cluster file when --cluster-file is given, else the cluster of --kubeconfig (or in-cluster)."""
+    if getattr(args, "cluster_file", None):
+        return ClusterFileSource(args.cluster_file, state.apply)
+    api_client = load_kube_config(getattr(args, "kubeconfig", None))
+    api = OfficialKubeApi(api_client, request_timeout=settings.request_timeout_seconds)
+    return KubernetesSource(api, state.apply)
+
+
+def uvicorn_config(app: object, settings: Settings, args: argparse.Namespace | None = None) -> uvicorn.Config:
+    """uvicorn's config: one worker, asyncio, TCP_NODELAY, no access log, TLS when a certificate is given."""
+    return uvicorn.Config(
+        app,  # type: ignore[arg-type]
+        host=settings.host,
+        port=settings.port,
+        workers=1,
+        loop="asyncio",
+        http=NoDelayH11Protocol,
+        log_config=None,
+        access_log=False,
+        timeout_keep_alive=120,  # longer than Go's 90 s idle timeout: the client closes first
+        ssl_certfile=getattr(args, "tls_cert", None),
+        ssl_keyfile=getattr(args, "tls_key", None),
+    )

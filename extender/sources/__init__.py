@@ -1,0 +1,46 @@
+"""Cluster-event sources: a live cluster (list/watch) or a cluster file, both as the same event stream.
+
+Consumers apply ``NodeUpserted``/``NodeDeleted``/``PodUpserted``/``PodDeleted`` in order and treat
+``Synced`` as "the picture equals a fresh list"; reconnects, bookmarks and relists stay in here.
+"""
+
+from extender.sources.errors import SourceError
+from extender.sources.events import (
+    Event,
+    EventHandler,
+    JsonObject,
+    NodeDeleted,
+    NodeUpserted,
+    PodDeleted,
+    PodUpserted,
+    Synced,
+    pod_is_terminal,
+    pod_key,
+)
+from extender.sources.file_source import ClusterFileSource, ClusterObjects, load_cluster_objects
+from extender.sources.kube_api import ClusterWriter, KubeApi, ObjectList, OfficialKubeApi, load_kube_config
+from extender.sources.kubernetes_source import Backoff, KubernetesSource
+
+__all__ = [
+    "Backoff",
+    "ClusterFileSource",
+    "ClusterObjects",
+    "ClusterWriter",
+    "Event",
+    "EventHandler",
+    "JsonObject",
+    "KubeApi",
+    "KubernetesSource",
+    "NodeDeleted",
+    "NodeUpserted",
+    "ObjectList",
+    "OfficialKubeApi",
+    "PodDeleted",
+    "PodUpserted",
+    "SourceError",
+    "Synced",
+    "load_cluster_objects",
+    "load_kube_config",
+    "pod_is_terminal",
+    "pod_key",
+]

@@ -1,0 +1,107 @@
+"""The event vocabulary every cluster source speaks, and helpers on raw API objects.
+
+Objects are plain JSON dicts exactly as the API server sends them (camelCase keys). A source emits:
+
+- ``NodeUpserted`` / ``PodUpserted`` — the object exists in this state (new or changed);
+- ``NodeDeleted`` / ``PodDeleted`` — the object is gone (a pod also "goes" when it turns terminal:
+  a Succeeded or Failed pod no longer consumes resources);
+- ``Synced`` — the consumer's picture now equals a fresh list: emitted once after the initial lists of
+  every kind have been applied, and again after every relist.
+
+A relist is translated by the source itself into Deleted events for objects that vanished while the watch
+was down plus Upserted events for everything present, so a consumer that simply applies events in order
+converges to exactly the state of a fresh list; it never needs to diff on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+JsonObject = dict[str, Any]
+
+TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeUpserted:
+    """A Node exists with this content (added or modified)."""
+
+    node: JsonObject
+
+    @property
+    def name(self) -> str:
+        """The node's name."""
+        return object_name(self.node)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDeleted:
+    """The Node called ``name`` is gone."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodUpserted:
+    """A non-terminal Pod exists with this content (added or modified)."""
+
+    pod: JsonObject
+
+    @property
+    def key(self) -> str:
+        """The pod's ``namespace/name``."""
+        return pod_key(self.pod)
+
+    @property
+    def uid(self) -> str:
+        """The pod's ``metadata.uid``."""
+        return object_uid(self.pod)
+
+
+@dataclass(frozen=True, slots=True)
+class PodDeleted:
+    """The Pod ``key`` (``namespace/name``) with ``uid`` is gone or terminal."""
+
+    key: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class Synced:
+    """Every kind has been (re)listed: the events so far describe exactly a fresh list."""
+
+
+Event = NodeUpserted | NodeDeleted | PodUpserted | PodDeleted | Synced
+EventHandler = Callable[[Event], None]
+
+
+def object_name(obj: JsonObject) -> str:
+    """Return ``metadata.name`` of a raw object ("" when missing)."""
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def object_uid(obj: JsonObject) -> str:
+    """Return ``metadata.uid`` of a raw object ("" when missing)."""
+    return str((obj.get("metadata") or {}).get("uid") or "")
+
+
+def resource_version(obj: JsonObject) -> str | None:
+    """Return ``metadata.resourceVersion`` of a raw object, or None."""
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        return None
+    value = metadata.get("resourceVersion")
+    return str(value) if value else None
+
+
+def pod_key(pod: JsonObject) -> str:
+    """Return a pod's ``namespace/name`` (namespace ``default`` when unset)."""
+    metadata = pod.get("metadata") or {}
+    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or ''}"
+
+
+def pod_is_terminal(pod: JsonObject) -> bool:
+    """True when the pod's phase is Succeeded or Failed: it holds no resources any more."""
+    return (pod.get("status") or {}).get("phase") in TERMINAL_POD_PHASES

@@ -1,0 +1,239 @@
+"""A cluster served from a YAML/JSON file: the same events and writes as a live cluster, in memory.
+
+Accepted file shapes: a list of objects, a ``kind: List`` (or ``NodeList``/``PodList``) object with
+``items``, a single object, or several YAML documents of any of these. Node and Pod objects are kept;
+other kinds are skipped with a warning. Binds and annotation patches change the in-memory pods and emit
+``PodUpserted`` like a watch would, and fail like the API server would (404 unknown pod, 409 uid
+mismatch or pod already bound), raising the client's ``ApiException``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+from extender.sources.errors import SourceError
+from extender.sources.events import (
+    Event,
+    EventHandler,
+    JsonObject,
+    NodeUpserted,
+    PodUpserted,
+    Synced,
+    object_name,
+    pod_is_terminal,
+    pod_key,
+)
+
+logger = logging.getLogger(__name__)
+
+_UID_NAMESPACE = uuid.UUID("6f1c3f1e-8a43-4d1e-9a55-2b7c3c8e0a11")
+
+
+@dataclass(slots=True)
+class ClusterObjects:
+    """The Nodes and Pods of a cluster file, in file order."""
+
+    nodes: list[JsonObject] = field(default_factory=list)
+    pods: list[JsonObject] = field(default_factory=list)
+
+
+def load_cluster_objects(path: str | Path) -> ClusterObjects:
+    """Read the Nodes and Pods of a cluster file; raise ``SourceError`` naming file and item when malformed.
+
+    Pods without ``metadata.namespace`` get ``default``; objects without ``metadata.uid`` get a stable
+    one derived from kind and name, as the API server would have assigned one.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SourceError(f"{path}: cannot read cluster file: {exc}") from exc
+    objects = ClusterObjects()
+    seen: dict[tuple[str, str], str] = {}
+    for where, item in _items(path, _documents(path, text)):
+        kind = _check_object(path, where, item)
+        if kind not in ("Node", "Pod"):
+            logger.warning("%s: %s: kind %s ignored (only Node and Pod are used)", path, where, kind)
+            continue
+        metadata = item["metadata"]
+        if kind == "Pod":
+            metadata.setdefault("namespace", "default")
+        name = pod_key(item) if kind == "Pod" else object_name(item)
+        if (kind, name) in seen:
+            raise SourceError(f"{path}: {where}: duplicate {kind} {name} (first at {seen[kind, name]})")
+        seen[kind, name] = where
+        metadata.setdefault("uid", str(uuid.uuid5(_UID_NAMESPACE, f"{kind}/{name}")))
+        (objects.nodes if kind == "Node" else objects.pods).append(item)
+    return objects
+
+
+class ClusterFileSource:
+    """Serve the cluster described by a file: emits its Nodes and live Pods, then ``Synced``.
+
+    The file is read when the source is constructed, so a malformed file fails at once. Events are
+    emitted from the calling thread: by ``start()``, then by every write.
+    """
+
+    def __init__(self, path: str | Path, on_event: EventHandler) -> None:
+        self.path = Path(path)
+        self._on_event = on_event
+        loaded = load_cluster_objects(self.path)
+        self._nodes = {object_name(node): node for node in loaded.nodes}
+        self._pods = {pod_key(pod): pod for pod in loaded.pods}
+        self._lock = threading.RLock()
+        self._started = False
+        self._synced = threading.Event()
+
+    @property
+    def synced(self) -> bool:
+        """True once ``start()`` emitted the whole file."""
+        return self._synced.is_set()
+
+    @property
+    def nodes(self) -> list[JsonObject]:
+        """Copies of the current Node objects."""
+        with self._lock:
+            return [copy.deepcopy(node) for node in self._nodes.values()]
+
+    @property
+    def pods(self) -> list[JsonObject]:
+        """Copies of the current Pod objects, terminal ones included."""
+        with self._lock:
+            return [copy.deepcopy(pod) for pod in self._pods.values()]
+
+    def start(self) -> None:
+        """Emit ``NodeUpserted`` per node, ``PodUpserted`` per non-terminal pod, then ``Synced``."""
+        with self._lock:
+            if self._started:
+                raise RuntimeError("ClusterFileSource already started")
+            self._started = True
+            for node in self._nodes.values():
+                self._emit(NodeUpserted(copy.deepcopy(node)))
+            for pod in self._pods.values():
+                if not pod_is_terminal(pod):
+                    self._emit(PodUpserted(copy.deepcopy(pod)))
+            self._emit(Synced())
+            self._synced.set()
+
+    def stop(self) -> None:
+        """Nothing to stop; present for symmetry with ``KubernetesSource``."""
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        """True once ``start()`` has run (waits up to ``timeout`` for it)."""
+        return self._synced.wait(timeout)
+
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+        """Merge ``annotations`` into the in-memory pod (None removes a key) and emit ``PodUpserted``."""
+        with self._lock:
+            pod = self._get_pod(namespace, name)
+            merged = dict((pod.get("metadata") or {}).get("annotations") or {})
+            for key, value in annotations.items():
+                if value is None:
+                    merged.pop(key, None)
+                else:
+                    merged[key] = value
+            pod["metadata"]["annotations"] = merged
+            self._changed(pod)
+
+    def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Set the in-memory pod's ``spec.nodeName`` and emit ``PodUpserted``."""
+        with self._lock:
+            pod = self._get_pod(namespace, name)
+            if uid and pod["metadata"].get("uid") != uid:
+                raise ApiException(status=409, reason=f"pod {namespace}/{name}: uid is not {uid}")
+            spec = pod.setdefault("spec", {})
+            if spec.get("nodeName"):
+                reason = f"pod {namespace}/{name} is already assigned to node {spec['nodeName']}"
+                raise ApiException(status=409, reason=reason)
+            spec["nodeName"] = node
+            self._changed(pod)
+
+    def _get_pod(self, namespace: str, name: str) -> JsonObject:
+        pod = self._pods.get(f"{namespace}/{name}")
+        if pod is None:
+            raise ApiException(status=404, reason=f'pods "{name}" not found in namespace {namespace}')
+        return pod
+
+    def _changed(self, pod: JsonObject) -> None:
+        """Replace the stored pod by a fresh copy (consumers may hold the old dict) and announce it."""
+        fresh = copy.deepcopy(pod)
+        self._pods[pod_key(fresh)] = fresh
+        if self._started and not pod_is_terminal(fresh):
+            self._emit(PodUpserted(copy.deepcopy(fresh)))
+
+    def _emit(self, event: Event) -> None:
+        self._on_event(event)
+
+
+def _documents(path: Path, text: str) -> list[Any]:
+    """Parse the file: JSON for ``.json``, else (multi-document) YAML; empty documents are dropped."""
+    try:
+        if path.suffix.lower() == ".json":
+            return [json.loads(text)]
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        return [doc for doc in yaml.load_all(text, Loader=loader) if doc is not None]
+    except (ValueError, yaml.YAMLError) as exc:
+        language = "JSON" if path.suffix.lower() == ".json" else "YAML"
+        raise SourceError(f"{path}: not valid {language}: {exc}") from exc
+
+
+def _items(path: Path, documents: list[Any]) -> Iterator[tuple[str, Any]]:
+    """Flatten documents into ``(location, item)``; location reads "item 3" or "document 2, item 0"."""
+    many = len(documents) > 1
+    for number, document in enumerate(documents):
+        prefix = f"document {number}, " if many else ""
+        if isinstance(document, list):
+            items, implied_kind = document, None
+        elif isinstance(document, dict) and isinstance(document.get("items"), list):
+            items, implied_kind = document["items"], _item_kind(document.get("kind"))
+        elif isinstance(document, dict) and "kind" in document:
+            yield f"{prefix}item 0", document
+            continue
+        else:
+            raise SourceError(
+                f"{path}: {prefix or 'document: '}expected a list of objects, a List with items or an object "
+                f"with a kind, got {type(document).__name__}"
+            )
+        for index, item in enumerate(items):
+            if implied_kind and isinstance(item, dict):
+                item.setdefault("kind", implied_kind)
+                item.setdefault("apiVersion", "v1")
+            yield f"{prefix}item {index}", item
+
+
+def _item_kind(list_kind: Any) -> str | None:
+    """``NodeList`` → ``Node``; ``List`` and anything else → None."""
+    if isinstance(list_kind, str) and list_kind.endswith("List") and list_kind != "List":
+        return list_kind[: -len("List")]
+    return None
+
+
+def _check_object(path: Path, where: str, item: Any) -> str:
+    """Validate the shape of one item and return its kind."""
+    if not isinstance(item, dict):
+        raise SourceError(f"{path}: {where}: expected an object (mapping), got {type(item).__name__}")
+    kind = item.get("kind")
+    if not isinstance(kind, str) or not kind:
+        raise SourceError(f"{path}: {where}: missing kind")
+    if kind not in ("Node", "Pod"):
+        return kind
+    metadata = item.get("metadata")
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str) or not metadata["name"]:
+        raise SourceError(f"{path}: {where}: {kind} without metadata.name")
+    for section in ("spec", "status"):
+        if section in item and not isinstance(item[section], dict):
+            raise SourceError(f"{path}: {where}: {kind} {metadata['name']}: {section} must be an object")
+    if not all(isinstance(metadata.get(part) or {}, dict) for part in ("annotations", "labels")):
+        raise SourceError(f"{path}: {where}: {kind} {metadata['name']}: labels/annotations must be objects")
+    return kind

@@ -1,0 +1,257 @@
+"""The few Kubernetes API calls gpupack needs, behind a small protocol, and their real implementation.
+
+``KubeApi`` is everything the sources and the binder use; tests substitute a scripted fake.
+``OfficialKubeApi`` implements it over the official ``kubernetes`` client.
+
+Why raw JSON instead of the client's models: lists are requested with ``_preload_content=False`` and
+parsed with orjson. A cluster can hold tens of thousands of pods; building the client's pydantic models
+for each and then turning them back into dicts (``sanitize_for_serialization``) costs seconds, and a field
+the pinned client does not know or validates too strictly would make a whole list fail. Watches go
+through ``kubernetes.watch.Watch`` with ``return_type=object`` for the same reasons: the client then
+keeps its own semantics (line splitting, resourceVersion tracking, ERROR handling) but hands over the
+object as the dict the server sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from extender.sources.errors import SourceError
+from extender.sources.events import JsonObject
+
+WatchEvent = dict[str, Any]
+"""A raw watch event: ``{"type": "ADDED"|"MODIFIED"|"DELETED"|"BOOKMARK"|"ERROR", "object": {...}}``."""
+
+HTTP_GONE = 410
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectList:
+    """The items of a (complete, possibly paginated) list and the list's resourceVersion."""
+
+    items: list[JsonObject] = field(default_factory=list)
+    resource_version: str = ""
+
+
+class ClusterWriter(Protocol):
+    """The writes the binder makes; a cluster file implements them in memory."""
+
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+        """Merge ``annotations`` into the pod's (a None value removes the key)."""
+        ...
+
+    def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Bind the pod (only if its uid is still ``uid``) to ``node``."""
+        ...
+
+
+class KubeApi(ClusterWriter, Protocol):
+    """Exactly the Kubernetes API calls gpupack makes."""
+
+    def list_nodes(self) -> ObjectList:
+        """List every Node."""
+        ...
+
+    def watch_nodes(self, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        """Watch Nodes from ``resource_version`` with bookmarks; the server ends it after the timeout."""
+        ...
+
+    def list_pods(self) -> ObjectList:
+        """List every Pod of every namespace."""
+        ...
+
+    def watch_pods(self, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        """Watch Pods of every namespace from ``resource_version`` with bookmarks."""
+        ...
+
+
+def load_kube_config(kubeconfig_path: str | None) -> client.ApiClient:
+    """Return an API client configured from ``kubeconfig_path``, or in-cluster when it is None."""
+    configuration = client.Configuration()
+    try:
+        if kubeconfig_path is None:
+            config.load_incluster_config(client_configuration=configuration)
+        else:
+            config.load_kube_config(config_file=kubeconfig_path, client_configuration=configuration)
+    except (ConfigException, OSError) as exc:
+        where = kubeconfig_path or "in-cluster service account (pass --kubeconfig when outside a cluster)"
+        raise SourceError(f"cannot load Kubernetes config from {where}: {exc}") from exc
+    return client.ApiClient(configuration)
+
+
+class OfficialKubeApi:
+    """``KubeApi`` over ``kubernetes.client.CoreV1Api`` and ``kubernetes.watch.Watch``.
+
+    Lists are paginated (``page_size`` items a request) and restarted from scratch when a continue
+    token expires, so the result is one consistent snapshot. Watches get a client-side read timeout of
+    ``timeout_seconds + read_grace`` so a silently dead connection cannot hang a loop forever.
+    """
+
+    def __init__(
+        self,
+        api_client: client.ApiClient | None = None,
+        *,
+        page_size: int = 500,
+        connect_timeout: float = 10.0,
+        request_timeout: float = 60.0,
+        read_grace: float = 30.0,
+    ) -> None:
+        self._core = client.CoreV1Api(api_client)
+        self._page_size = page_size
+        self._connect_timeout = connect_timeout
+        self._request_timeout = (connect_timeout, request_timeout)
+        self._read_grace = read_grace
+
+    def list_nodes(self) -> ObjectList:
+        """List every Node (raw dicts)."""
+        return self._list(self._core.list_node, "Node")
+
+    def list_pods(self) -> ObjectList:
+        """List every Pod of every namespace (raw dicts)."""
+        return self._list(self._core.list_pod_for_all_namespaces, "Pod")
+
+    def watch_nodes(self, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        """Watch Nodes from ``resource_version``; see ``WatchStream``."""
+        return self._watch(self._core.list_node, resource_version, timeout_seconds)
+
+    def watch_pods(self, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        """Watch Pods of every namespace from ``resource_version``; see ``WatchStream``."""
+        return self._watch(self._core.list_pod_for_all_namespaces, resource_version, timeout_seconds)
+
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+        """JSON-merge-patch the pod's annotations (None removes a key)."""
+        response = self._core.patch_namespaced_pod(
+            name,
+            namespace,
+            {"metadata": {"annotations": annotations}},
+            _content_type="application/merge-patch+json",
+            _preload_content=False,
+            _request_timeout=self._request_timeout,
+        )
+        _drain(response)
+
+    def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """POST /api/v1/namespaces/{namespace}/pods/{name}/binding (uid precondition included).
+
+        The response is not deserialized (``_preload_content=False``): the server answers with a
+        Status, which the client cannot turn into the declared V1Binding.
+        """
+        body = client.V1Binding(
+            api_version="v1",
+            kind="Binding",
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid),
+            target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
+        )
+        response = self._core.create_namespaced_pod_binding(
+            name,
+            namespace,
+            body,
+            _preload_content=False,
+            _request_timeout=self._request_timeout,
+        )
+        _drain(response)
+
+    def _list(self, func: Callable[..., Any], kind: str) -> ObjectList:
+        restarts = 0
+        while True:
+            try:
+                return self._list_pages(func, kind)
+            except _ContinueExpired:
+                restarts += 1
+                if restarts >= 3:
+                    raise ApiException(status=HTTP_GONE, reason=f"{kind} list kept expiring") from None
+
+    def _list_pages(self, func: Callable[..., Any], kind: str) -> ObjectList:
+        items: list[JsonObject] = []
+        list_version = ""
+        token: str | None = None
+        while True:
+            try:
+                response = func(
+                    limit=self._page_size,
+                    _continue=token,
+                    _preload_content=False,
+                    _request_timeout=self._request_timeout,
+                )
+            except ApiException as exc:
+                if exc.status == HTTP_GONE and token:
+                    raise _ContinueExpired from exc
+                raise
+            page = orjson.loads(_drain(response))
+            metadata = page.get("metadata") or {}
+            list_version = list_version or str(metadata.get("resourceVersion") or "")
+            for item in page.get("items") or []:
+                # List items come without kind/apiVersion; watch objects carry them. Make both alike.
+                item.setdefault("kind", kind)
+                item.setdefault("apiVersion", "v1")
+                items.append(item)
+            token = metadata.get("continue") or None
+            if token is None:
+                return ObjectList(items=items, resource_version=list_version)
+
+    def _watch(self, func: Callable[..., Any], resource_version: str, timeout_seconds: int) -> WatchStream:
+        return WatchStream(
+            func,
+            resource_version=resource_version,
+            timeout_seconds=timeout_seconds,
+            request_timeout=(self._connect_timeout, timeout_seconds + self._read_grace),
+        )
+
+
+class WatchStream:
+    """One watch request as an iterator of raw events ``{"type": ..., "object": dict}``.
+
+    Semantics of the installed client (kubernetes 37, ``watch.Watch.stream``): because a
+    ``timeout_seconds`` is given it never resumes by itself; an ERROR event with code 410 (or any other
+    code) is raised as ``ApiException(status=code)``. Older clients yielded ERROR events instead; those
+    are passed through unchanged (``object`` is then the Status dict), so callers handle both.
+    ``close()`` may be called from another thread to unblock a pending read.
+    """
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        request_timeout: tuple[float, float],
+    ) -> None:
+        self._watch = watch.Watch(return_type=object)
+        self._events = self._watch.stream(
+            func,
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=timeout_seconds,
+            _request_timeout=request_timeout,
+        )
+
+    def __iter__(self) -> WatchStream:
+        return self
+
+    def __next__(self) -> WatchEvent:
+        event = next(self._events)
+        raw = event.get("raw_object", event.get("object"))
+        return {"type": event["type"], "object": raw}
+
+    def close(self) -> None:
+        """Stop the watch; a read blocked in another thread returns promptly."""
+        self._watch.stop()
+
+
+class _ContinueExpired(Exception):
+    """A pagination continue token expired mid-list; the list must restart."""
+
+
+def _drain(response: Any) -> bytes:
+    """Read a non-preloaded urllib3 response fully and give its connection back to the pool."""
+    try:
+        return response.data
+    finally:
+        response.release_conn()

@@ -1,0 +1,728 @@
+"""The live cluster picture the extender answers from: an `Inventory` kept current from source events.
+
+Nodes: every NodeUpserted goes through `facts_from_node`. A node whose facts are unreadable is kept
+out of the inventory, its reason is remembered (logged once) and every filter that lists it answers
+FailedAndUnresolvableNodes with that reason. A cordoned or not-Ready node stays in the inventory (its
+pods still hold capacity) but is never chosen. A change of facts removes and re-adds the node and
+re-commits everything on it; unchanged facts (heartbeats) are a no-op.
+
+Pods — how a bound, non-terminal pod consumes capacity (also the rule after a restart):
+1. A pod whose `gpupack.io/assignment` is valid, matches its request and names its `spec.nodeName`
+   takes exactly that placement. A CPU-only pod takes its CPU, memory and one pod slot.
+2. Otherwise — a GPU pod bound by another scheduler (no assignment), or an assignment that is
+   malformed, names another node, or claims GPU capacity already in use (forged or stale) — the pod
+   takes a placement chosen on its bound node by the first-fit policy restricted to that node.
+3. Nothing is ever double-booked and capacity in use is never freed: a placement is only committed
+   when the inventory accepts it, a pod keeps its committed placement for as long as it lives on that
+   node (a later change of its annotation does not move it), and a pod that fits nowhere on its node
+   holds nothing and is retried whenever capacity on that node is released.
+4. Until the source's first `Synced`, rule-2 placements wait, so that first-fit never takes a GPU a
+   not-yet-listed pod legitimately claims; the order of the initial list does not matter.
+
+Reservations (extender.reservations): filter commits the chosen placement at once, so the next
+filter sees it; the informer showing the pod bound with that same assignment confirms it (no second
+commit); pod deletion, bind failure, node loss or TTL expiry releases it.
+
+One `threading.RLock` serialises every decision and every event application. `bind` holds it only
+to check and mark the reservation, not during the Kubernetes API writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from extender.keys import ANNOTATION_ASSIGNMENT
+from extender.node_facts import NodeFactsError, facts_from_node, node_is_schedulable, node_name
+from extender.pod_request import AssignmentError, assignment_from_pod, pod_key, pod_uid, request_from_pod
+from extender.reservations import Clock, Reservation, ReservationBook, ReservationState
+from extender.settings import Settings
+from extender.sources.events import Event, NodeDeleted, NodeUpserted, PodDeleted, PodUpserted, Synced
+from extender.sources.kube_api import ClusterWriter
+from scoring.engine import Decision, Engine
+from scoring.facts import MigMode, NodeFacts, Placement
+from scoring.geometry import PLACEMENT_SHAPE, SHAPE_SIZE
+from scoring.inventory import Inventory, InventoryError
+from scoring.policies import baseline
+from scoring.request import Kind, PodRequest, RequestError
+
+logger = logging.getLogger(__name__)
+decision_log = logging.getLogger("gpupack.decisions")
+
+UNKNOWN_NODE = "node unknown to gpupack"
+UNSCHEDULABLE_NODE = "node is cordoned or not Ready"
+SEEN_LIMIT = 100_000  # pods whose request is remembered between filter and bind
+
+
+class BindError(Exception):
+    """A bind that cannot be done; `reason` is returned to kube-scheduler, `kind` labels the metric."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        self.reason = reason
+
+
+@dataclass
+class PodRecord:
+    """A bound pod and the capacity it holds (None while it fits nowhere on its node)."""
+
+    uid: str
+    key: str
+    node: str
+    request: PodRequest
+    annotation: str | None  # raw gpupack.io/assignment
+    claimed: Placement | None  # the annotation's placement when valid for this pod and node
+    placement: Placement | None = None
+    how: str = ""  # assignment | cpu | first-fit | reservation
+
+
+@dataclass
+class Evaluation:
+    """Where a pod would go, without reserving anything (for `explain` and decideInFilter: false)."""
+
+    request: PodRequest | None
+    decision: Decision | None
+    unresolvable: dict[str, str]
+    error: str = ""
+
+
+@dataclass
+class Snapshot:
+    """Numbers for /metrics and /readyz, read under the lock."""
+
+    nodes: int
+    bad_nodes: int
+    pods: int
+    unplaced_pods: int
+    gpus_total: int
+    gpus_allocated: float
+    free_mig_slices: int
+    reservations: dict[str, int]
+    reservations_ended: dict[str, int]
+    decisions: dict[tuple[str, str], int]
+    bind_failures: dict[str, int]
+    synced: bool
+    warm: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def identity(uid: str, key: str) -> str:
+    """How a pod is tracked: its uid, or namespace/name for hand-written objects without one."""
+    return uid or key
+
+
+class ClusterState:
+    """Nodes, bound pods and reservations, and the decisions made from them."""
+
+    def __init__(self, settings: Settings, clock: Clock = time.monotonic) -> None:
+        self.settings = settings
+        self.lock = threading.RLock()
+        self.inventory = Inventory()
+        self.engine = Engine(self.inventory, settings.policy_spec())
+        self.first_fit = Engine(self.inventory, baseline("first-fit"))
+        self.book = ReservationBook(settings.reservation_ttl_seconds, clock)
+        self.writer: ClusterWriter | None = None
+        self._prices = settings.price_table()
+        self._bad: dict[str, str] = {}
+        self._unschedulable: set[str] = set()
+        self._pods: dict[str, PodRecord] = {}
+        self._by_node: dict[str, set[str]] = {}
+        self._unplaced: set[str] = set()
+        self._seen: OrderedDict[str, tuple[str, PodRequest]] = OrderedDict()
+        self._synced = False
+        self._warm = False
+        self.decisions: Counter[tuple[str, str]] = Counter()
+        self.bind_failures: Counter[str] = Counter()
+
+    # ================================================================== readiness
+    @property
+    def ready(self) -> bool:
+        """The source has synced and the kernels are compiled."""
+        return self._synced and self._warm
+
+    @property
+    def synced(self) -> bool:
+        """The source has delivered a complete list at least once."""
+        return self._synced
+
+    @property
+    def warm(self) -> bool:
+        """The kernels have run once (numba compiled them)."""
+        return self._warm
+
+    def warm_up(self) -> None:
+        """Run the kernels once on a tiny synthetic cluster so numba compiles before readiness."""
+        inventory = Inventory(2)
+        inventory.add_node(
+            NodeFacts("warm-up", 8000, 64 << 30, 110, "NVIDIA-H100-80GB-HBM3", 8, 81559, MigMode.DYNAMIC)
+        )
+        requests = (
+            PodRequest(1000, 1 << 30, Kind.WHOLE, gpus=2),
+            PodRequest(1000, 1 << 30, Kind.SHARE, milli=250),
+            PodRequest(1000, 1 << 30, Kind.MIG, mig=(("1g.10gb", 1),)),
+        )
+        for policy in (self.engine.policy, self.first_fit.policy):
+            engine = Engine(inventory, policy)
+            for request in requests:
+                engine.decide(request)
+        self._warm = True
+
+    # ================================================================== events
+    def apply(self, event: Event) -> None:
+        """Apply one source event (the sources' `on_event` callback)."""
+        with self.lock:
+            try:
+                if isinstance(event, NodeUpserted):
+                    self._node_upserted(event.node)
+                elif isinstance(event, NodeDeleted):
+                    self._node_gone(event.name, None)
+                elif isinstance(event, PodUpserted):
+                    self._pod_upserted(event.pod)
+                elif isinstance(event, PodDeleted):
+                    self._pod_deleted(identity(event.uid, event.key))
+                elif isinstance(event, Synced):
+                    self._on_synced()
+            except Exception:  # one bad object must not stop the event stream
+                logger.exception("could not apply %s", type(event).__name__)
+
+    # ------------------------------------------------------------------ nodes
+    def _node_upserted(self, node: Mapping[str, Any]) -> None:
+        try:
+            name = node_name(node)
+        except NodeFactsError as exc:
+            logger.warning("ignoring a node: %s", exc)
+            return
+        try:
+            facts = facts_from_node(node, self._prices)
+        except NodeFactsError as exc:
+            self._node_gone(name, str(exc))
+            return
+        if node_is_schedulable(node):
+            self._unschedulable.discard(name)
+        else:
+            self._unschedulable.add(name)
+        row = self.inventory.index.get(name)
+        if row is not None and self.inventory.facts[row] == facts:
+            return
+        held = self.book.on_node(name)
+        if row is not None:
+            self._detach(name)
+        try:
+            self.inventory.add_node(facts)
+        except InventoryError as exc:
+            for reservation in held:
+                self.book.forget(reservation.uid, "node unusable")
+            self._mark_bad(name, str(exc))
+            return
+        if self._bad.pop(name, None) is not None:
+            logger.info("node %s is usable again", name)
+        self._attach(name, held)
+
+    def _node_gone(self, name: str, bad_reason: str | None) -> None:
+        """Take a node out of the inventory (deleted, or its facts became unreadable)."""
+        for reservation in self.book.on_node(name):
+            self.book.forget(reservation.uid, "node gone")
+        if name in self.inventory.index:
+            self._detach(name)
+        if bad_reason is None:
+            self._bad.pop(name, None)
+            self._unschedulable.discard(name)
+        else:
+            self._mark_bad(name, bad_reason)
+
+    def _mark_bad(self, name: str, reason: str) -> None:
+        if self._bad.get(name) != reason:
+            logger.warning("node %s is not usable by gpupack: %s", name, reason)
+        self._bad[name] = reason
+
+    def _detach(self, name: str) -> None:
+        """Remove a node from the inventory; its pods keep their records but hold nothing."""
+        self.inventory.remove_node(name)
+        for uid in self._by_node.get(name, ()):
+            record = self._pods[uid]
+            record.placement = None
+            record.how = ""
+            self._unplaced.discard(uid)
+
+    def _attach(self, name: str, held: Sequence[Reservation]) -> None:
+        """Re-commit what a freshly added node holds: claims first, then reservations, then the rest."""
+        records = [self._pods[uid] for uid in self._by_node.get(name, ())]
+        for record in records:
+            self._take_exact(record)
+        for reservation in held:
+            try:
+                self.inventory.commit(reservation.placement)
+            except InventoryError:
+                self.book.forget(reservation.uid, "node changed")
+        for record in records:
+            if record.placement is None:
+                self._take_fallback(record)
+
+    # ------------------------------------------------------------------ pods
+    def _pod_upserted(self, pod: Mapping[str, Any]) -> None:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node or not isinstance(node, str):
+            return  # pending: nothing held (a reservation holds its own capacity)
+        key = pod_key(pod)
+        uid = identity(pod_uid(pod), key)
+        annotation = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ASSIGNMENT)
+        existing = self._pods.get(uid)
+        if existing is not None and existing.node == node:
+            existing.annotation = annotation
+            if existing.placement is None and self._synced:
+                self._take(existing)
+            return  # a bound pod never moves: its capacity stays where it is
+        try:
+            request = request_from_pod(pod)
+        except RequestError as exc:
+            logger.warning("bound pod %s holds nothing: its request is unreadable: %s", key, exc)
+            return
+        claimed = None
+        try:
+            claimed = assignment_from_pod(pod, request)
+        except AssignmentError as exc:
+            logger.warning("%s; placing it first-fit on %s", exc, node)
+        if existing is not None:
+            self._drop(existing)
+        record = PodRecord(uid, key, node, request, annotation, claimed)
+        self._pods[uid] = record
+        self._by_node.setdefault(node, set()).add(uid)
+        reservation = self.book.get(uid)
+        if reservation is not None:
+            if reservation.node == node and claimed == reservation.placement:
+                self.book.confirm(uid)
+                record.placement, record.how = reservation.placement, "reservation"
+                return
+            self._release(self.book.forget(uid, "bound otherwise"))
+        self._take(record)
+
+    def _pod_deleted(self, uid: str) -> None:
+        self._seen.pop(uid, None)
+        self._release(self.book.forget(uid, "pod deleted"))
+        record = self._pods.get(uid)
+        if record is not None:
+            self._drop(record)
+
+    def _drop(self, record: PodRecord) -> None:
+        """Forget a pod record and give back what it held."""
+        del self._pods[record.uid]
+        on_node = self._by_node.get(record.node)
+        if on_node is not None:
+            on_node.discard(record.uid)
+            if not on_node:
+                del self._by_node[record.node]
+        self._unplaced.discard(record.uid)
+        if record.placement is not None:
+            self._give_back(record.placement)
+
+    def _on_synced(self) -> None:
+        first = not self._synced
+        self._synced = True
+        if first:
+            logger.info(
+                "cluster state synced: %d nodes, %d bound pods", len(self.inventory.index), len(self._pods)
+            )
+        self._retry_unplaced(None)
+
+    # ------------------------------------------------------------------ accounting
+    def _take(self, record: PodRecord) -> None:
+        if not self._take_exact(record):
+            self._take_fallback(record)
+
+    def _take_exact(self, record: PodRecord) -> bool:
+        """Rule 1: the pod's own valid claim (or its CPU/memory for a CPU-only pod)."""
+        if record.node not in self.inventory.index:
+            return False
+        if record.claimed is not None:
+            exact, how = record.claimed, "assignment"
+        elif record.request.kind == Kind.NONE:
+            exact, how = (
+                Placement(record.node, (), record.request.cpu_milli, record.request.memory_bytes),
+                "cpu",
+            )
+        else:
+            return False
+        try:
+            self.inventory.commit(exact)
+        except InventoryError as exc:
+            if how == "assignment":
+                logger.warning(
+                    "pod %s: %s claims capacity in use (%s)", record.key, ANNOTATION_ASSIGNMENT, exc
+                )
+            self._mark_unplaced(record, str(exc))
+            return False
+        record.placement, record.how = exact, how
+        self._unplaced.discard(record.uid)
+        return True
+
+    def _take_fallback(self, record: PodRecord) -> None:
+        """Rule 2: first-fit on the bound node (deferred until synced, rule 4)."""
+        if record.node not in self.inventory.index:
+            return
+        if not self._synced:
+            self._unplaced.add(record.uid)
+            return
+        if record.request.kind == Kind.NONE:
+            self._take_exact(record)
+            return
+        request = dataclasses.replace(record.request, allowed_products=None)
+        placement = self.first_fit.decide(request, [record.node]).placement
+        if placement is None:
+            self._mark_unplaced(record, "no free capacity fits it")
+            return
+        self.inventory.commit(placement)
+        record.placement, record.how = placement, "first-fit"
+        self._unplaced.discard(record.uid)
+
+    def _mark_unplaced(self, record: PodRecord, reason: str) -> None:
+        if record.uid not in self._unplaced and self._synced and record.claimed is None:
+            logger.warning("bound pod %s holds nothing on %s yet: %s", record.key, record.node, reason)
+        self._unplaced.add(record.uid)
+
+    def _retry_unplaced(self, node: str | None) -> None:
+        if not self._unplaced or not self._synced:
+            return
+        waiting = [
+            self._pods[uid] for uid in list(self._unplaced) if node is None or self._pods[uid].node == node
+        ]
+        for record in waiting:
+            if record.placement is None:
+                self._take_exact(record)
+        for record in waiting:
+            if record.placement is None:
+                self._take_fallback(record)
+
+    def _give_back(self, placement: Placement) -> None:
+        try:
+            self.inventory.release(placement)
+        except InventoryError:
+            logger.exception("inventory out of step while releasing %s", placement.to_assignment())
+            return
+        self._retry_unplaced(placement.node)
+
+    def _release(self, reservation: Reservation | None) -> None:
+        """Give back a forgotten reservation's capacity (no-op for None or a vanished node)."""
+        if reservation is not None and reservation.node in self.inventory.index:
+            self._give_back(reservation.placement)
+
+    def _expire(self) -> None:
+        for reservation in self.book.expire_due():
+            logger.info("reservation of %s on %s expired", reservation.key, reservation.node)
+            self._release(reservation)
+
+    # ================================================================== decisions
+    def _request(self, pod: Mapping[str, Any]) -> tuple[str, str, PodRequest]:
+        """(identity, key, request) of a pod sent by kube-scheduler; the mix learns each pod once."""
+        key = pod_key(pod)
+        uid = identity(pod_uid(pod), key)
+        request = request_from_pod(pod)
+        if uid not in self._seen:
+            self.engine.observe(request)
+            if len(self._seen) >= SEEN_LIMIT:
+                self._seen.popitem(last=False)
+        self._seen[uid] = (key, request)
+        self._seen.move_to_end(uid)
+        return uid, key, request
+
+    def _split(self, candidates: Iterable[str]) -> tuple[list[str], dict[str, str]]:
+        """Candidates gpupack can place on, and the others with why they are unresolvable."""
+        known: list[str] = []
+        unresolvable: dict[str, str] = {}
+        for name in dict.fromkeys(candidates):
+            if name in self._bad:
+                unresolvable[name] = self._bad[name]
+            elif name not in self.inventory.index:
+                unresolvable[name] = UNKNOWN_NODE
+            elif name in self._unschedulable:
+                unresolvable[name] = UNSCHEDULABLE_NODE
+            else:
+                known.append(name)
+        return known, unresolvable
+
+    def decide_for_filter(
+        self, pod: Mapping[str, Any], candidates: Sequence[str]
+    ) -> tuple[str | None, dict[str, str], dict[str, str]]:
+        """Choose one node among `candidates` and reserve its placement (decide in filter).
+
+        Returns (chosen node or None, FailedNodes, FailedAndUnresolvableNodes). A pod that already
+        holds a reservation on a candidate gets it back (kube-scheduler retries).
+        """
+        started = time.perf_counter()
+        with self.lock:
+            self._expire()
+            try:
+                uid, key, request = self._request(pod)
+            except RequestError as exc:
+                self.decisions["bad-request", "invalid pod request"] += 1
+                return None, {}, dict.fromkeys(dict.fromkeys(candidates), str(exc))
+            known, unresolvable = self._split(candidates)
+            bound = self._pods.get(uid)
+            if bound is not None:
+                reason = f"pod is already bound to {bound.node}"
+                return None, {}, {**unresolvable, **dict.fromkeys(known, reason)}
+            reservation = self.book.get(uid)
+            if reservation is not None:
+                if reservation.node in known:
+                    self.decisions["reused", ""] += 1
+                    return reservation.node, _chose(known, reservation.node), unresolvable
+                self._release(self.book.forget(uid, "not a candidate"))
+            decision = self.engine.decide(request, known)
+            failed = decision.reasons()
+            placement = decision.placement
+            if placement is None:
+                self.decisions["unschedulable", _main_reason(failed, unresolvable)] += 1
+                self._log(key, None, None, started, len(known))
+                return None, failed, unresolvable
+            self.inventory.commit(placement)
+            self.book.assume(uid, key, placement, request)
+            failed.update(_chose((n for n in known if n not in failed), placement.node))
+            self.decisions["placed", ""] += 1
+            score = decision.feasible_scores().get(placement.node)
+            self._log(key, placement, score, started, len(known))
+            return placement.node, failed, unresolvable
+
+    def feasible_for_filter(
+        self, pod: Mapping[str, Any], candidates: Sequence[str]
+    ) -> tuple[list[str], dict[str, str], dict[str, str]]:
+        """decideInFilter: false — every feasible candidate passes, nothing is reserved."""
+        with self.lock:
+            self._expire()
+            evaluation = self._evaluate(pod, candidates)
+            if evaluation.decision is None:
+                self.decisions["bad-request", "invalid pod request"] += 1
+                return [], {}, evaluation.unresolvable
+            passed = list(evaluation.decision.feasible_scores())
+            self.decisions["feasible" if passed else "unschedulable", ""] += 1
+            return passed, evaluation.decision.reasons(), evaluation.unresolvable
+
+    def scores_for_prioritize(
+        self, pod: Mapping[str, Any], candidates: Sequence[str]
+    ) -> list[tuple[str, int]]:
+        """Every candidate with a score 0..10: best = 10, linear min-max of feasible scores, infeasible 0.
+
+        A pod holding a reservation scores 10 on its reserved node and 0 elsewhere.
+        """
+        names = list(dict.fromkeys(candidates))
+        with self.lock:
+            self._expire()
+            uid = identity(pod_uid(pod), pod_key(pod))
+            reservation = self.book.get(uid)
+            if reservation is not None and reservation.node in names:
+                return [(n, 10 if n == reservation.node else 0) for n in names]
+            evaluation = self._evaluate(pod, names)
+            scores = evaluation.decision.feasible_scores() if evaluation.decision else {}
+        return [(n, s) for n, s in zip(names, normalise([scores.get(n) for n in names]), strict=True)]
+
+    def evaluate(self, pod: Mapping[str, Any], candidates: Sequence[str] | None = None) -> Evaluation:
+        """Where the pod would go among `candidates` (default: every node), reserving nothing."""
+        with self.lock:
+            if candidates is None:
+                candidates = [*self.inventory.index, *self._bad]
+            return self._evaluate(pod, candidates)
+
+    def _evaluate(self, pod: Mapping[str, Any], candidates: Sequence[str]) -> Evaluation:
+        try:
+            _, _, request = self._request(pod)
+        except RequestError as exc:
+            return Evaluation(None, None, dict.fromkeys(dict.fromkeys(candidates), str(exc)), str(exc))
+        known, unresolvable = self._split(candidates)
+        return Evaluation(request, self.engine.decide(request, known), unresolvable)
+
+    def _log(
+        self, key: str, placement: Placement | None, score: float | None, started: float, n: int
+    ) -> None:
+        fields = {
+            "pod": key,
+            "node": placement.node if placement else None,
+            "placement": placement.to_assignment()["gpus"] if placement else None,
+            "score": None if score is None else round(score, 6),
+            "candidates": n,
+            "ms": round((time.perf_counter() - started) * 1000, 3),
+        }
+        decision_log.info("decision", extra={"fields": fields})
+
+    # ================================================================== bind
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Write the assignment annotation, then create the Binding. Raises BindError with a reason.
+
+        The pod must hold a reservation on `node`; if it expired or names another node, the pod is
+        decided again on `node` alone and bound when it still fits.
+        """
+        key = f"{namespace}/{name}"
+        ident = identity(uid, key)
+        try:
+            with self.lock:
+                self._expire()
+                reservation = self._reservation_for_bind(ident, key, node)
+                self.book.start_bind(ident)
+                placement = reservation.placement
+            self._write(namespace, name, uid, node, placement, ident)
+        except BindError as exc:
+            with self.lock:
+                self.bind_failures[exc.kind] += 1
+            logger.warning("bind %s to %s failed: %s", key, node, exc.reason)
+            raise
+        with self.lock:
+            self.book.finish_bind(ident)
+
+    def _reservation_for_bind(self, ident: str, key: str, node: str) -> Reservation:
+        reservation = self.book.get(ident)
+        if reservation is not None and reservation.state == ReservationState.BINDING:
+            raise BindError("in-progress", f"a bind of pod {key} is already in progress")
+        if reservation is not None and reservation.node == node:
+            return reservation
+        if reservation is not None:
+            self._release(self.book.forget(ident, "node changed"))
+        if ident in self._pods:
+            raise BindError("already-bound", f"pod {key} is already bound to {self._pods[ident].node}")
+        seen = self._seen.get(ident)
+        if seen is None:
+            raise BindError("no-reservation", f"pod {key} has no reservation (never filtered here, or gone)")
+        if node in self._bad or node not in self.inventory.index:
+            raise BindError("node-unknown", f"node {node}: {self._bad.get(node, UNKNOWN_NODE)}")
+        request = seen[1]
+        decision = self.engine.decide(request, [node])
+        if decision.placement is None:
+            why = decision.reasons().get(node, "does not fit")
+            raise BindError("no-fit", f"pod {key} no longer fits on {node}: {why}")
+        self.inventory.commit(decision.placement)
+        return self.book.assume(ident, key, decision.placement, request)
+
+    def _write(
+        self, namespace: str, name: str, uid: str, node: str, placement: Placement, ident: str
+    ) -> None:
+        """Patch the annotation, then create the Binding; undo both on failure (lock not held)."""
+        writer = self.writer
+        key = f"{namespace}/{name}"
+        try:
+            if writer is None:
+                raise BindError("no-writer", "gpupack has no cluster connection to bind with")
+            value = orjson.dumps(placement.to_assignment()).decode()
+            try:
+                writer.patch_pod_annotations(namespace, name, {ANNOTATION_ASSIGNMENT: value})
+            except Exception as exc:
+                raise BindError("annotate", f"cannot annotate pod {key}: {api_reason(exc)}") from None
+            try:
+                writer.create_binding(namespace, name, uid, node)
+            except Exception as exc:
+                try:
+                    writer.patch_pod_annotations(namespace, name, {ANNOTATION_ASSIGNMENT: None})
+                except Exception as undo:
+                    logger.warning(
+                        "pod %s: could not remove %s: %s", key, ANNOTATION_ASSIGNMENT, api_reason(undo)
+                    )
+                raise BindError("binding", f"cannot bind pod {key} to {node}: {api_reason(exc)}") from None
+        except BindError:
+            with self.lock:
+                reservation = self.book.get(ident)
+                if reservation is not None and reservation.placement == placement:
+                    self._release(self.book.forget(ident, "bind failed"))
+            raise
+
+    # ================================================================== read-outs
+    def snapshot(self) -> Snapshot:
+        """Current numbers for /metrics."""
+        with self.lock:
+            self._expire()
+            return Snapshot(
+                nodes=len(self.inventory.index),
+                bad_nodes=len(self._bad),
+                pods=len(self._pods),
+                unplaced_pods=len(self._unplaced),
+                gpus_total=self.inventory.gpus_total(),
+                gpus_allocated=self.inventory.gpus_allocated(),
+                free_mig_slices=free_mig_slices(self.inventory),
+                reservations={state.value: n for state, n in self.book.counts().items()},
+                reservations_ended=dict(self.book.ended),
+                decisions=dict(self.decisions),
+                bind_failures=dict(self.bind_failures),
+                synced=self._synced,
+                warm=self._warm,
+            )
+
+    def placements(self) -> dict[str, Placement]:
+        """Every held placement by pod identity: bound pods and live reservations."""
+        with self.lock:
+            held = {uid: r.placement for uid, r in self._pods.items() if r.placement is not None}
+            held.update({r.uid: r.placement for r in self.book.live()})
+            return held
+
+    def bad_nodes(self) -> dict[str, str]:
+        """Nodes kept out of the inventory, with why."""
+        with self.lock:
+            return dict(self._bad)
+
+    def unplaced(self) -> list[str]:
+        """Keys of bound pods that hold nothing yet."""
+        with self.lock:
+            return sorted(self._pods[uid].key for uid in self._unplaced)
+
+
+def _chose(nodes: Iterable[str], chosen: str) -> dict[str, str]:
+    reason = f"gpupack chose {chosen}"
+    return {n: reason for n in nodes if n != chosen}
+
+
+def _main_reason(failed: Mapping[str, str], unresolvable: Mapping[str, str]) -> str:
+    reasons = Counter(failed.values()) or Counter("unresolvable" for _ in unresolvable)
+    return reasons.most_common(1)[0][0] if reasons else "no candidates"
+
+
+def normalise(scores: Sequence[float | None]) -> list[int]:
+    """Feasible scores (None = infeasible) to 0..10: best = 10, linear min-max, infeasible 0."""
+    feasible = [s for s in scores if s is not None]
+    if not feasible:
+        return [0] * len(scores)
+    low, high = min(feasible), max(feasible)
+    span = high - low
+    out = []
+    for s in scores:
+        if s is None:
+            out.append(0)
+        elif span <= 0:
+            out.append(10)
+        else:
+            out.append(round(10 * (s - low) / span))
+    return out
+
+
+def free_mig_slices(inventory: Inventory) -> int:
+    """Free MIG memory slices: untouched slices of dynamic-MIG GPUs plus unused static instances."""
+    total = 0
+    for row in inventory.index.values():
+        mode = int(inventory.node_mig_mode[row])
+        if mode == MigMode.NONE:
+            continue
+        rows = inventory.gpu_rows(row)
+        if mode == MigMode.DYNAMIC:
+            slices = int(inventory.model_slices[int(inventory.node_model[row])])
+            usable = ~inventory.gpu_whole[rows] & (inventory.gpu_milli_free[rows] == 1000)
+            used = np.array([int(m).bit_count() for m in inventory.gpu_slices[rows]], dtype=np.int64)
+            total += int(((slices - used) * usable).sum())
+        else:
+            for instances, busy in zip(
+                inventory.gpu_static[rows], inventory.gpu_static_used[rows], strict=True
+            ):
+                free = int(instances) & ~int(busy)
+                for pid in range(len(PLACEMENT_SHAPE)):
+                    if free >> pid & 1:
+                        total += int(SHAPE_SIZE[PLACEMENT_SHAPE[pid]])
+    return total
+
+
+def api_reason(exc: BaseException) -> str:
+    """A short reason from a Kubernetes client error (status and reason, not headers and body)."""
+    status = getattr(exc, "status", None)
+    if status is not None:
+        return f"HTTP {status} {getattr(exc, 'reason', '') or ''}".strip()
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,181 @@
+"""The kube-scheduler extender v1 wire format (`k8s.io/kube-scheduler/extender/v1`), DESIGN.md §5.
+
+Go's structs there have no json tags, so the keys are the capitalised field names. Python code uses
+snake_case attributes; aliases carry the Go names on the wire. Pods and nodes stay plain dicts:
+gpupack reads only a few of their fields (see `pod_request`, `node_facts`).
+
+Filter and prioritize receive ExtenderArgs. With `nodeCacheCapable: true` kube-scheduler sends
+`"Nodes": null` and the candidate `NodeNames`; with false, `"NodeNames": null` and a NodeList of the
+candidate Node objects. The filter answer uses the same form the request did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+MAX_EXTENDER_PRIORITY = 10  # extenderv1.MaxExtenderPriority
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+class WireError(ValueError):
+    """A request body that is not what kube-scheduler sends; the reason is safe to return as HTTP 400."""
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+
+class NodeList(_Wire):
+    """v1.NodeList as kube-scheduler sends it: `metadata` (empty) and `items` (Node objects)."""
+
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    items: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ExtenderArgs(_Wire):
+    """Body of `POST /filter` and `POST /prioritize`."""
+
+    pod: dict[str, Any] = Field(alias="Pod")
+    nodes: NodeList | None = Field(default=None, alias="Nodes")
+    node_names: list[str] | None = Field(default=None, alias="NodeNames")
+
+    @property
+    def node_cache_capable(self) -> bool:
+        """True when kube-scheduler sent node names only (`nodeCacheCapable: true`)."""
+        return self.node_names is not None
+
+    def candidate_names(self) -> list[str]:
+        """Names of the candidate nodes, in the order kube-scheduler sent them."""
+        if self.node_names is not None:
+            return list(self.node_names)
+        return [_item_name(item) for item in self.nodes.items] if self.nodes else []
+
+
+class ExtenderFilterResult(_Wire):
+    """Answer to `POST /filter`: the nodes that pass, and why the others fail."""
+
+    nodes: NodeList | None = Field(default=None, alias="Nodes")
+    node_names: list[str] | None = Field(default=None, alias="NodeNames")
+    failed_nodes: dict[str, str] = Field(default_factory=dict, alias="FailedNodes")
+    failed_and_unresolvable_nodes: dict[str, str] = Field(
+        default_factory=dict, alias="FailedAndUnresolvableNodes"
+    )
+    error: str = Field(default="", alias="Error")
+
+    def to_json(self) -> bytes:
+        """The body: the node form that was set (`Nodes` or `NodeNames`), both maps, and `Error`."""
+        exclude = {name for name in ("nodes", "node_names") if getattr(self, name) is None}
+        return orjson.dumps(self.model_dump(by_alias=True, exclude=exclude))
+
+
+class HostPriority(_Wire):
+    """One node's score in the answer to `POST /prioritize` (0..10, best = 10)."""
+
+    host: str = Field(alias="Host")
+    score: int = Field(alias="Score", ge=0, le=MAX_EXTENDER_PRIORITY)
+
+
+class ExtenderBindingArgs(_Wire):
+    """Body of `POST /bind`."""
+
+    pod_name: str = Field(alias="PodName")
+    pod_namespace: str = Field(alias="PodNamespace")
+    pod_uid: str = Field(alias="PodUID")
+    node: str = Field(alias="Node")
+
+
+class ExtenderBindingResult(_Wire):
+    """Answer to `POST /bind`: `Error` is "" on success."""
+
+    error: str = Field(default="", alias="Error")
+
+    def to_json(self) -> bytes:
+        """The body, `{"Error": ...}`."""
+        return orjson.dumps(self.model_dump(by_alias=True))
+
+
+def parse_extender_args(body: bytes) -> ExtenderArgs:
+    """Parse a filter/prioritize body. Raises WireError unless exactly one of Nodes / NodeNames is set."""
+    args = _parse(body, ExtenderArgs)
+    if (args.nodes is None) == (args.node_names is None):
+        given = "both" if args.nodes is not None else "neither"
+        raise WireError(f"exactly one of Nodes and NodeNames must be non-null, got {given}")
+    if args.nodes is not None:
+        for i, item in enumerate(args.nodes.items):
+            if not _item_name(item):
+                raise WireError(f"Nodes.items[{i}] has no metadata.name")
+    return args
+
+
+def parse_binding_args(body: bytes) -> ExtenderBindingArgs:
+    """Parse a bind body. Raises WireError with a reason."""
+    return _parse(body, ExtenderBindingArgs)
+
+
+def filter_result(
+    args: ExtenderArgs,
+    passed: Iterable[str],
+    failed: Mapping[str, str] | None = None,
+    unresolvable: Mapping[str, str] | None = None,
+) -> ExtenderFilterResult:
+    """The filter answer in the form of `args`: NodeNames, or Nodes with the passing Node objects.
+
+    Nodes keep the order kube-scheduler sent them in. Raises ValueError if `passed` names a node
+    that was not a candidate.
+    """
+    keep = set(passed)
+    unknown = keep.difference(args.candidate_names())
+    if unknown:
+        raise ValueError(f"nodes {sorted(unknown)} were not candidates")
+    result = ExtenderFilterResult(
+        failed_nodes=dict(failed or {}), failed_and_unresolvable_nodes=dict(unresolvable or {})
+    )
+    if args.node_names is not None:
+        result.node_names = [name for name in args.node_names if name in keep]
+    else:
+        items = args.nodes.items if args.nodes else []
+        result.nodes = NodeList(items=[item for item in items if _item_name(item) in keep])
+    return result
+
+
+def filter_error(error: str) -> ExtenderFilterResult:
+    """A filter answer carrying only an error (kube-scheduler then ignores the rest)."""
+    return ExtenderFilterResult(error=error)
+
+
+def priorities_json(priorities: Iterable[HostPriority]) -> bytes:
+    """The prioritize body: `[{"Host": ..., "Score": ...}, ...]`."""
+    return orjson.dumps([p.model_dump(by_alias=True) for p in priorities])
+
+
+def _parse(body: bytes, model: type[_M]) -> _M:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise WireError(f"malformed JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise WireError(f"the body must be a JSON object, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise WireError(_describe(exc)) from None
+
+
+def _describe(exc: ValidationError) -> str:
+    problems = [
+        f"{'.'.join(str(part) for part in error['loc']) or 'body'}: {error['msg']}"
+        for error in exc.errors(include_url=False)
+    ]
+    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    return "; ".join(problems[:3]) + more
+
+
+def _item_name(item: Mapping[str, Any]) -> str:
+    metadata = item.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    return name if isinstance(name, str) else ""

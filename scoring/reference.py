@@ -1,0 +1,612 @@
+"""Plain-Python reference of `scoring.kernels.schedule`: the same answers, computed the obvious way.
+
+The numba kernels keep per-task-type running sums and update them incrementally while they try
+placements. This module does none of that: every hypothetical state of a node (a share on this GPU,
+a MIG instance at that start, ...) is built as a fresh list of GPU objects and its fragmentation is
+summed from scratch. The property tests hold the kernels to this module's verdicts, scores and
+placements, so a slip in the incremental bookkeeping shows up as a disagreement.
+
+Scores are computed with the kernels' expression order, so they agree bit for bit: fragmentation
+is Σ_t weight[t] * frag_t accumulated in type order, and every frag_t is an exact integer number
+of capacity units (one GPU = 7000 units, a milli-share = 7, a MIG compute slice = 7000 / slices).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from scoring import kernels as k
+from scoring.engine import Decision, RequestArrays, build_placement
+from scoring.geometry import PLACEMENT_SHAPE, PLACEMENT_START, SHAPES, MigFamily, resolve_profile, slice_bits
+from scoring.inventory import FULL_MILLI, MAX_GPUS, Inventory
+from scoring.mix import TaskType
+from scoring.policies import PolicySpec
+from scoring.request import Kind, PodRequest
+
+UNIT = 7000  # capacity units of one GPU
+MILLI_UNIT = 7  # units of one thousandth of a GPU
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU's allocation state (immutable: a hypothetical state is a new object)."""
+
+    milli: int  # free thousandths (1000 = untouched, 0 = taken whole)
+    whole: bool  # taken whole by one pod
+    slices: int  # dynamic MIG: occupied memory-slice mask
+    compute: int  # dynamic MIG: compute slices in use
+    me: bool  # dynamic MIG: a +me instance exists
+    static: int  # static MIG: placement-id mask of the instances that exist
+    sused: int  # static MIG: placement-id mask of the instances in use
+
+    @property
+    def plain(self) -> bool:
+        """No MIG instance and not taken whole: whole GPUs and shares may use it."""
+        return self.static == 0 and not self.whole and self.slices == 0 and self.compute == 0
+
+
+@dataclass(frozen=True)
+class Node:
+    """One inventory row, read element-wise from the arrays."""
+
+    row: int
+    cpu_free: int
+    mem_free: int
+    pods_free: int
+    cpu_cap: int
+    mem_cap: int
+    model: int
+    product: str
+    family: MigFamily | None
+    memory_mib: float
+    mode: int
+    compute_total: int  # compute slices of a whole GPU (7, or 4 on A30)
+    spot: bool
+    price: float
+    tags: tuple[int, ...]  # GpuClustering: pods per GPU tag
+    gpus: tuple[Gpu, ...]
+    numa: tuple[int, ...]
+    links: tuple[tuple[int, ...], ...]  # links[a][b]: NVLink count from GPU a to GPU b
+
+    @property
+    def count(self) -> int:
+        return len(self.gpus)
+
+    def shape_of(self, profile: str) -> int | None:
+        """Shape id of a MIG profile on this node's GPU model (None: the model has no such profile)."""
+        if not profile or self.family is None:
+            return None
+        try:
+            return resolve_profile(self.family, profile)[0]
+        except KeyError:
+            return None
+
+
+@dataclass(frozen=True)
+class MixEntry:
+    """One task type of the policy's mix as seen on one node."""
+
+    weight: float
+    task: TaskType
+    shape: int | None  # the type's MIG shape on the node's model
+    allowed: bool  # the type may run on the node's model
+
+
+def read_node(inventory: Inventory, row: int) -> Node:
+    """Copy one inventory row into plain Python objects."""
+    inv = inventory
+    model_id = int(inv.node_model[row])
+    model = inv.models[model_id]
+    count = int(inv.node_gpu_count[row])
+    base = row * MAX_GPUS
+    gpus = tuple(
+        Gpu(
+            milli=int(inv.gpu_milli_free[base + j]),
+            whole=bool(inv.gpu_whole[base + j]),
+            slices=int(inv.gpu_slices[base + j]),
+            compute=int(inv.gpu_compute[base + j]),
+            me=bool(inv.gpu_me[base + j]),
+            static=int(inv.gpu_static[base + j]),
+            sused=int(inv.gpu_static_used[base + j]),
+        )
+        for j in range(count)
+    )
+    links = tuple(
+        tuple(int(inv.gpu_link[(base + a) * MAX_GPUS + b]) for b in range(count)) for a in range(count)
+    )
+    return Node(
+        row=row,
+        cpu_free=int(inv.node_cpu_free[row]),
+        mem_free=int(inv.node_mem_free[row]),
+        pods_free=int(inv.node_pods_free[row]),
+        cpu_cap=int(inv.node_cpu_cap[row]),
+        mem_cap=int(inv.node_mem_cap[row]),
+        model=model_id,
+        product=model.product,
+        family=model.mig_family,
+        memory_mib=float(inv.model_memory[model_id]),
+        mode=int(inv.node_mig_mode[row]),
+        compute_total=int(inv.model_compute[model_id]),
+        spot=bool(inv.node_spot[row]),
+        price=float(inv.node_price[row]),
+        tags=tuple(int(t) for t in inv.node_tags[row * (MAX_GPUS + 1) : (row + 1) * (MAX_GPUS + 1)]),
+        gpus=gpus,
+        numa=tuple(int(inv.gpu_numa[base + j]) for j in range(count)),
+        links=links,
+    )
+
+
+# ----------------------------------------------------------------------------- one GPU
+def slice_unit(node: Node) -> int:
+    """Capacity units of one MIG compute slice on the node's GPUs."""
+    return UNIT // node.compute_total
+
+
+def free_units(node: Node, gpu: Gpu) -> int:
+    """Free capacity of one GPU in units."""
+    if gpu.static != 0:
+        free_slices = sum(
+            int(SHAPES[PLACEMENT_SHAPE[pid]].compute)
+            for pid in range(len(PLACEMENT_SHAPE))
+            if gpu.static & ~gpu.sused & (1 << pid)
+        )
+        return free_slices * slice_unit(node)
+    if gpu.whole:
+        return 0
+    if gpu.slices != 0 or gpu.compute != 0:
+        return (node.compute_total - gpu.compute) * slice_unit(node)
+    return gpu.milli * MILLI_UNIT
+
+
+def static_options(gpu: Gpu, shape: int) -> list[int]:
+    """Placement ids of the free existing static instances of `shape` on a GPU, in id order."""
+    return [
+        pid
+        for pid in range(len(PLACEMENT_SHAPE))
+        if int(PLACEMENT_SHAPE[pid]) == shape and gpu.static & (1 << pid) and not gpu.sused & (1 << pid)
+    ]
+
+
+def dynamic_starts(gpu: Gpu, shape: int) -> list[int]:
+    """Starts where a new instance of `shape` fits in the free memory slices of a GPU."""
+    size = SHAPES[shape].size
+    return [start for start in SHAPES[shape].starts if gpu.slices & slice_bits(size, start) == 0]
+
+
+@functools.cache
+def max_instances(shape: int, slices: int) -> int:
+    """Most instances of `shape` that fit in the free memory slices (searched over every subset of starts)."""
+    spec = SHAPES[shape]
+    free = [start for start in spec.starts if slices & slice_bits(spec.size, start) == 0]
+    for n in range(len(free), 0, -1):
+        for subset in itertools.combinations(free, n):
+            masks = [slice_bits(spec.size, start) for start in subset]
+            if sum(masks) == functools.reduce(operator.or_, masks):  # pairwise disjoint
+                return n
+    return 0
+
+
+def mig_fit(node: Node, gpu: Gpu, shape: int, need_me: bool) -> int:
+    """How many more instances of `shape` fit on one GPU (0 when none)."""
+    if node.mode == k.MODE_STATIC:
+        return len(static_options(gpu, shape)) if gpu.static != 0 else 0
+    if node.mode != k.MODE_DYNAMIC or gpu.whole or gpu.milli != FULL_MILLI or gpu.static != 0:
+        return 0
+    if need_me and gpu.me:
+        return 0
+    by_memory = max_instances(shape, gpu.slices)
+    by_compute = (node.compute_total - gpu.compute) // SHAPES[shape].compute
+    fit = min(by_memory, by_compute)
+    return min(fit, 1) if need_me else fit
+
+
+def with_instance(node: Node, gpu: Gpu, shape: int, start: int, pid: int, me: bool) -> Gpu:
+    """The GPU after one more MIG instance (static: placement `pid`; dynamic: `shape` at `start`)."""
+    if node.mode == k.MODE_STATIC:
+        return replace(gpu, sused=gpu.sused | (1 << pid))
+    spec = SHAPES[shape]
+    return replace(
+        gpu,
+        slices=gpu.slices | slice_bits(spec.size, start),
+        compute=gpu.compute + spec.compute,
+        me=gpu.me or me,
+    )
+
+
+# ----------------------------------------------------------------------------- fragmentation
+def type_terms(node: Node, gpu: Gpu, entry: MixEntry) -> tuple[int, int]:
+    """(units of this GPU the task type cannot use, 1 if the GPU can host one unit of the type)."""
+    free = free_units(node, gpu)
+    task = entry.task
+    if task.kind == Kind.SHARE:
+        return (0, 1) if gpu.plain and gpu.milli >= task.milli else (free, 0)
+    if task.kind == Kind.WHOLE:
+        return (0, 1) if gpu.plain and gpu.milli == FULL_MILLI else (free, 0)
+    if task.kind == Kind.MIG:
+        if entry.shape is None:
+            return free, 0
+        fit = mig_fit(node, gpu, entry.shape, False)
+        if fit == 0:
+            return free, 0
+        return free - fit * SHAPES[entry.shape].compute * slice_unit(node), 1
+    return 0, 0
+
+
+def fragmentation(
+    node: Node, gpus: Sequence[Gpu], cpu_free: int, mem_free: int, mix: list[MixEntry]
+) -> float:
+    """Expected fragmentation (FGD, ATC'23) of a node whose GPUs are `gpus`, computed from scratch.
+
+    For each task type: if the node could host it (model allowed, CPU and memory free, enough
+    GPUs that can take one unit of it), the free units no single unit of the type could use;
+    otherwise every free unit. Weighted by the type's probability, summed in type order.
+    """
+    free = sum(free_units(node, gpu) for gpu in gpus)
+    total = 0.0
+    for entry in mix:
+        if entry.weight == 0.0:
+            continue
+        task = entry.task
+        frag = free
+        if (
+            task.kind != Kind.NONE
+            and entry.allowed
+            and cpu_free >= task.cpu_milli
+            and mem_free >= task.memory_bytes
+        ):
+            terms = [type_terms(node, gpu, entry) for gpu in gpus]
+            hosts = sum(host for _, host in terms)
+            need = task.gpus if task.kind == Kind.WHOLE else 1
+            if hosts >= need:
+                frag = sum(unusable for unusable, _ in terms)
+        total += entry.weight * frag
+    return total
+
+
+def fgd_score(frag_before: float, frag_after: float) -> float:
+    """FGD's node score: trunc(100 * sigmoid(-(fragmentation growth in GPUs)))."""
+    x = (frag_before - frag_after) / UNIT
+    try:
+        denominator = 1.0 + math.exp(-x)
+    except OverflowError:  # the kernel's exp overflows to inf
+        return 0.0
+    return float(math.floor(100.0 / denominator))
+
+
+# ----------------------------------------------------------------------------- GPU sets
+def pair_score(node: Node, a: int, b: int) -> int:
+    """go-gpuallocator's pair affinity: 100 per NVLink from a to b, plus 20 same NUMA node, 10 across."""
+    return 100 * node.links[a][b] + (20 if node.numa[a] == node.numa[b] else 10)
+
+
+def best_gpu_set(node: Node, free: Sequence[int], size: int) -> tuple[tuple[int, ...], int]:
+    """The best-connected `size`-subset of the GPUs `free` and its affinity score.
+
+    Highest total pair score; then fewest links cut to the GPUs left free; then the subset with
+    the smallest bitmask (the kernel enumerates subsets in increasing bitmask order).
+    """
+    free_set = set(free)
+
+    def key(subset: tuple[int, ...]) -> tuple[int, int, int]:
+        inside = set(subset)
+        score = sum(pair_score(node, a, b) for a, b in itertools.combinations(subset, 2))
+        cut = sum(pair_score(node, a, b) for a in subset for b in free_set - inside)
+        return (-score, cut, sum(1 << j for j in subset))
+
+    best = min(itertools.combinations(sorted(free_set), size), key=key)
+    return best, -key(best)[0]
+
+
+# ----------------------------------------------------------------------------- one node
+@dataclass
+class Outcome:
+    """What `evaluate` found for one node."""
+
+    verdict: int
+    score: float = 0.0
+    gpus: tuple[int, ...] = ()  # chosen local GPU per slot
+    starts: tuple[int, ...] = ()  # MIG start per slot (-1 otherwise)
+
+
+@dataclass
+class _Context:
+    """Cluster-wide inputs of one decision."""
+
+    request: PodRequest
+    instances: list[str]
+    policy: PolicySpec
+    types: list[TaskType]
+    weights: np.ndarray
+    max_price: float
+    max_memory: float
+
+
+def evaluate(node: Node, ctx: _Context, noise: float) -> Outcome:
+    """Verdict, score and placement of the request on one candidate node."""
+    request = ctx.request
+    policy = ctx.policy.kernel_id
+    params = ctx.policy.params
+    allowed = request.allowed_products is None or node.product in request.allowed_products
+    if node.cpu_free < request.cpu_milli:
+        return Outcome(k.NO_CPU)
+    if node.mem_free < request.memory_bytes:
+        return Outcome(k.NO_MEMORY)
+    if node.pods_free < 1:
+        return Outcome(k.NO_POD_SLOT)
+    if request.kind != Kind.NONE and not allowed:
+        return Outcome(k.MODEL_NOT_ALLOWED)
+    if node.spot and not request.interruptible and params[k.SPOT_FORBID] > 0.0 and policy == k.P_GPUPACK:
+        return Outcome(k.SPOT_FORBIDDEN)
+
+    mix = [
+        MixEntry(
+            float(weight),
+            task,
+            node.shape_of(task.mig_profile),
+            task.allowed_products is None or node.product in task.allowed_products,
+        )
+        for task, weight in zip(ctx.types, ctx.weights, strict=True)
+    ]
+    uses_frag = policy in (k.P_GPUPACK, k.P_FGD)
+    cpu_after = node.cpu_free - request.cpu_milli
+    mem_after = node.mem_free - request.memory_bytes
+
+    def frag(gpus: Sequence[Gpu], cpu: int, mem: int) -> float:
+        return fragmentation(node, gpus, cpu, mem, mix) if uses_frag else 0.0
+
+    before = list(node.gpus)
+    frag_before = frag(before, node.cpu_free, node.mem_free)
+    after = list(before)
+    chosen: list[int] = []
+    starts: list[int] = []
+    topo = 1.0
+    fgd = 0.0  # FGD: the score of its best choice
+
+    if request.kind == Kind.SHARE:
+        hosts = [j for j, gpu in enumerate(before) if gpu.plain and gpu.milli >= request.milli]
+        if not hosts:
+            return Outcome(k.NO_GPU)
+
+        def shared(j: int) -> list[Gpu]:
+            trial = list(before)
+            trial[j] = replace(before[j], milli=before[j].milli - request.milli)
+            return trial
+
+        if policy == k.P_RANDOM:
+            pick = hosts[int(noise * len(hosts))]
+        elif policy in (k.P_FIRSTFIT, k.P_KUBE):
+            pick = hosts[0]
+        elif policy == k.P_FGD:  # the highest FGD score, lowest index on ties
+            pick = min(
+                hosts, key=lambda j: (-fgd_score(frag_before, frag(shared(j), cpu_after, mem_after)), j)
+            )
+            fgd = fgd_score(frag_before, frag(shared(pick), cpu_after, mem_after))
+        elif policy == k.P_GPUPACK:  # least fragmentation, then the tightest GPU, then lowest index
+            pick = min(hosts, key=lambda j: (frag(shared(j), cpu_after, mem_after), before[j].milli, j))
+        else:  # best fit: the tightest GPU, lowest index on ties
+            pick = min(hosts, key=lambda j: (before[j].milli, j))
+        after = shared(pick)
+        chosen, starts = [pick], [-1]
+
+    elif request.kind == Kind.WHOLE:
+        free = [j for j, gpu in enumerate(before) if gpu.plain and gpu.milli == FULL_MILLI]
+        if len(free) < request.gpus:
+            return Outcome(k.NO_GPU)
+        topology_aware = policy == k.P_GPUPACK or params[k.TOPO_SETS] > 0.0
+        if topology_aware and (len(free) > request.gpus or request.gpus > 1):
+            subset, score_set = best_gpu_set(node, free, request.gpus)
+            chosen = list(subset)
+            if request.gpus > 1:
+                _, ideal = best_gpu_set(node, range(node.count), request.gpus)
+                topo = score_set / ideal if ideal > 0 else 1.0
+        else:
+            chosen = free[: request.gpus]
+        for j in chosen:
+            after[j] = replace(after[j], whole=True, milli=0)
+        starts = [-1] * len(chosen)
+
+    elif request.kind == Kind.MIG:
+        if node.mode == k.MODE_NONE or node.count == 0:
+            return Outcome(k.NO_MIG)
+        for profile in ctx.instances:
+            shape = node.shape_of(profile)
+            if shape is None:
+                return Outcome(k.NO_MIG)
+            need_me = profile.endswith("+me")
+            # every (GPU, start) option with its tie-break key; lower key is better
+            options: list[tuple[tuple, int, int, int]] = []
+            for j, gpu in enumerate(after):
+                if mig_fit(node, gpu, shape, need_me) == 0:
+                    continue
+                if node.mode == k.MODE_STATIC:
+                    used = bin(gpu.sused).count("1")  # instances in use
+                    here = [(int(PLACEMENT_START[pid]), pid) for pid in static_options(gpu, shape)]
+                else:
+                    used = gpu.compute  # compute slices in use
+                    here = [(start, -1) for start in dynamic_starts(gpu, shape)]
+                for order, (start, pid) in enumerate(here):
+                    if policy == k.P_GPUPACK:
+                        # least fragmentation; then the fullest GPU; then the lowest GPU; on it the
+                        # highest start
+                        trial = list(after)
+                        trial[j] = with_instance(node, gpu, shape, start, pid, need_me)
+                        key: tuple = (frag(trial, cpu_after, mem_after), -used, j, -start)
+                    elif policy in (k.P_FIRSTFIT, k.P_KUBE):
+                        key = (j, order)  # the first free option
+                    else:
+                        key = (-used, j, order)  # best fit: the fullest GPU, lowest index and start
+                    options.append((key, j, start, pid))
+            if not options:
+                return Outcome(k.NO_MIG)
+            _, j, start, pid = min(options, key=lambda option: option[0])
+            after[j] = with_instance(node, after[j], shape, start, pid, need_me)
+            chosen.append(j)
+            starts.append(start)
+
+    free_before = sum(free_units(node, gpu) for gpu in before)
+    free_after = sum(free_units(node, gpu) for gpu in after)
+    frag_after = frag(after, cpu_after, mem_after)
+    if policy == k.P_FGD and request.kind != Kind.SHARE:
+        fgd = fgd_score(frag_before, frag_after)
+    if not uses_frag:
+        frag_after = frag_before
+    score = node_score(node, ctx, free_before, free_after, frag_before, frag_after, topo, fgd)
+    return Outcome(k.OK, score, tuple(chosen), tuple(starts))
+
+
+def node_score(
+    node: Node,
+    ctx: _Context,
+    free_before: int,
+    free_after: int,
+    frag_before: float,
+    frag_after: float,
+    topo: float,
+    fgd: float,
+) -> float:
+    """The policy's score of a feasible node (higher is better), in the kernel's expression order."""
+    request = ctx.request
+    policy = ctx.policy.kernel_id
+    params = ctx.policy.params
+    kind = request.kind
+    demand_milli = (free_before - free_after) / MILLI_UNIT
+    left_milli = free_before / MILLI_UNIT
+    if policy == k.P_GPUPACK:
+        score = -params[k.W_FRAG] * (frag_after - frag_before) / UNIT
+        used_fraction = 0.0 if node.count == 0 else 1.0 - free_after / (node.count * UNIT)
+        score += params[k.W_PACK] * used_fraction
+        if kind == Kind.WHOLE and request.gpus > 1:
+            score += params[k.W_TOPO] * topo
+        if kind != Kind.NONE and ctx.max_memory > 0:
+            score -= params[k.W_MODEL] * node.memory_mib / ctx.max_memory
+        if node.spot:
+            score += params[k.W_SPOT] if request.interruptible else -params[k.W_SPOT]
+        if ctx.max_price > 0 and node.count > 0 and not math.isnan(node.price):
+            score -= params[k.W_COST] * (node.price / node.count) / ctx.max_price
+        return float(score)
+    if policy == k.P_FGD:
+        return fgd
+    if policy == k.P_BESTFIT:
+        raw = (
+            0.5 * (node.cpu_free - request.cpu_milli) / k.MAX_SPEC_CPU
+            + 0.5 * (left_milli - demand_milli) / k.MAX_SPEC_GPU
+        )
+        return float(math.floor((1.0 - raw) * 100.0))
+    if policy == k.P_DOT:
+        dot = (node.cpu_free / k.MAX_SPEC_CPU) * (request.cpu_milli / k.MAX_SPEC_CPU)
+        dot += (left_milli / k.MAX_SPEC_GPU) * (demand_milli / k.MAX_SPEC_GPU)
+        return float(math.floor(100.0 * (1.0 - dot / 2.0)))
+    if policy == k.P_CLUSTER:
+        if kind == Kind.NONE:
+            return 0.0
+        tag = 0 if kind == Kind.SHARE else request.gpus  # (MIG requests count as tag 0)
+        base_score = (25 * (8000 - int(left_milli))) // 8000
+        others = sum(1 for t, pods in enumerate(node.tags) if t != tag and pods > 0)
+        if node.tags[tag] > 0:
+            return float(base_score + (75 if others == 0 else 50))
+        return float(base_score + (25 if others == 0 else 0))
+    if policy == k.P_PACKING:
+        return 0.0 if kind == Kind.NONE else packing_score(node, request)
+    if policy == k.P_KUBE:
+        cpu_part = (node.cpu_free - request.cpu_milli) * 100 // node.cpu_cap if node.cpu_cap > 0 else 0
+        mem_part = (node.mem_free - request.memory_bytes) * 100 // node.mem_cap if node.mem_cap > 0 else 0
+        return float((cpu_part + mem_part) // 2)
+    return 0.0  # random, first-fit: the tie-break order decides
+
+
+def packing_score(node: Node, request: PodRequest) -> float:
+    """GpuPacking (ATC'23): shared GPUs first, then free GPUs on used nodes, then idle nodes.
+
+    Reads the GPUs' free milli only (MIG instances are invisible to this baseline).
+    """
+    milli = [gpu.milli for gpu in node.gpus]
+    n_free = sum(1 for m in milli if m == FULL_MILLI)
+    if n_free == node.count:
+        return float(max(33 - n_free, n_free))
+    need = 1 if request.kind == Kind.SHARE else request.gpus
+    per_gpu = request.milli if request.kind == Kind.SHARE else FULL_MILLI
+    # the `need` tightest GPUs that can each take per_gpu, lowest index on ties
+    fitting = sorted((m, j) for j, m in enumerate(milli) if m >= per_gpu)
+    if len(fitting) < need:
+        return 0.0
+    taken = [m for m, _ in fitting[:need]]
+    opened = sum(1 for m in taken if m == FULL_MILLI)
+    if opened > 0:
+        return float(max(50 - opened, 33))
+    total = sum(m * 100 // 1000 for m in taken)
+    return float(max(100 - total // 10, 50))
+
+
+# ----------------------------------------------------------------------------- the decision
+def reference_decide(
+    inventory: Inventory,
+    policy: PolicySpec,
+    request: PodRequest,
+    candidates: Sequence[str] | None = None,
+    rank: np.ndarray | None = None,
+    noise: np.ndarray | None = None,
+) -> Decision:
+    """What `Engine(inventory, policy).decide(request, candidates, rank, noise)` answers, in plain Python.
+
+    Raises RequestError for the same requests the engine rejects. Changes nothing.
+    """
+    arrays = RequestArrays(request, inventory)  # validates MIG profiles, orders instances
+    n = inventory.size
+    in_candidates = set(candidates) if candidates is not None else None
+    mask = np.array(
+        [
+            bool(inventory.node_active[row])
+            and (in_candidates is None or inventory.names[row] in in_candidates)
+            for row in range(n)
+        ],
+        dtype=np.bool_,
+    )
+    rank = np.arange(n, dtype=np.int64) if rank is None else rank
+    noise = np.zeros(n, dtype=np.float64) if noise is None else noise
+    nodes = {row: read_node(inventory, row) for row in range(n) if mask[row]}
+
+    prices = [
+        node.price / node.count for node in nodes.values() if node.count > 0 and not math.isnan(node.price)
+    ]
+    memories = [node.memory_mib for node in nodes.values() if node.count > 0]
+    types, weights = policy.mix.current()
+    ctx = _Context(
+        request=request,
+        instances=arrays.instances,
+        policy=policy,
+        types=list(types),
+        weights=weights,
+        max_price=max([0.0, *prices]),
+        max_memory=max([0.0, *memories]),
+    )
+
+    verdicts = np.full(n, k.NOT_CANDIDATE, dtype=np.int8)
+    scores = np.full(n, -np.inf, dtype=np.float64)
+    best: int | None = None
+    best_outcome: Outcome | None = None
+    for row, node in nodes.items():
+        outcome = evaluate(node, ctx, float(noise[row]))
+        verdicts[row] = outcome.verdict
+        if outcome.verdict != k.OK:
+            continue
+        scores[row] = outcome.score
+        if (
+            best is None
+            or outcome.score > scores[best]
+            or (outcome.score == scores[best] and rank[row] < rank[best])
+        ):
+            best, best_outcome = row, outcome
+
+    placement = None
+    if best is not None and best_outcome is not None:
+        gpu = np.array(best_outcome.gpus, dtype=np.int32)
+        start = np.array(best_outcome.starts, dtype=np.int32)
+        placement = build_placement(inventory, best, len(best_outcome.gpus), arrays, gpu, start)
+    return Decision(placement, np.flatnonzero(mask), verdicts, scores, inventory.names)

@@ -1,0 +1,184 @@
+"""Shared helpers of the extender tests: Node/Pod builders, a fake clock and writer, overlap checks."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from extender.node_facts import facts_from_node
+from extender.settings import Settings
+from extender.sources import ClusterFileSource, NodeUpserted, PodUpserted, Synced
+from extender.state import ClusterState
+from scoring.facts import Placement
+from scoring.inventory import Inventory
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE_CLUSTER = ROOT / "manifests" / "examples" / "cluster.yaml"
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+A100 = "NVIDIA-A100-SXM4-80GB"
+L4 = "NVIDIA-L4"
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.now += seconds
+
+
+def node(
+    name: str,
+    product: str = H100,
+    gpus: int = 8,
+    *,
+    mig: str | None = None,
+    static_mig: dict[str, int] | None = None,
+    spot: bool = False,
+    cpu: str = "192",
+    memory: str = "2Ti",
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A Node: `mig="dynamic"` for dynamic MIG, `static_mig` for allocatable MIG instances."""
+    allocatable = {"cpu": cpu, "memory": memory, "pods": "110", "nvidia.com/gpu": str(gpus)}
+    notes = dict(annotations or {})
+    if mig:
+        notes["gpupack.io/mig"] = mig
+    labels = {
+        "nvidia.com/gpu.product": product,
+        "nvidia.com/gpu.count": str(gpus),
+        "karpenter.sh/capacity-type": "spot" if spot else "on-demand",
+        "node.kubernetes.io/instance-type": "test.xlarge",
+    }
+    if static_mig:
+        for profile, count in static_mig.items():
+            allocatable[f"nvidia.com/mig-{profile}"] = str(count)
+        allocatable["nvidia.com/gpu"] = str(gpus - len(_static_gpus(static_mig)))
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "uid": f"uid-{name}", "labels": labels, "annotations": notes},
+        "spec": {},
+        "status": {"allocatable": allocatable, "capacity": dict(allocatable)},
+    }
+
+
+def _static_gpus(static_mig: dict[str, int]) -> set[int]:
+    # test layouts use one profile per GPU and 7 1g or 2 3g instances per GPU; synthesize_layout decides
+    per_gpu = {"1g.10gb": 7, "2g.20gb": 3, "3g.40gb": 2, "7g.80gb": 1}
+    gpus = 0
+    for profile, count in static_mig.items():
+        gpus += -(-count // per_gpu[profile])
+    return set(range(gpus))
+
+
+def pod(
+    name: str,
+    *,
+    gpus: int = 0,
+    milli: int = 0,
+    mig: str | None = None,
+    mig_count: int = 1,
+    node_name: str | None = None,
+    assignment: dict[str, Any] | str | None = None,
+    namespace: str = "default",
+    cpu: str = "1",
+    memory: str = "1Gi",
+    uid: str | None = None,
+    scheduler: str = "gpupack",
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A Pod asking for whole GPUs, a share or MIG instances (or nothing but CPU)."""
+    limits: dict[str, str] = {"cpu": cpu, "memory": memory}
+    if gpus:
+        limits["nvidia.com/gpu"] = str(gpus)
+    if milli:
+        limits["gpupack.io/gpu-milli"] = str(milli)
+    if mig:
+        limits[f"nvidia.com/mig-{mig}"] = str(mig_count)
+    notes = dict(annotations or {})
+    if assignment is not None:
+        notes["gpupack.io/assignment"] = assignment if isinstance(assignment, str) else json.dumps(assignment)
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler,
+        "containers": [{"name": "main", "image": "x", "resources": {"limits": limits, "requests": limits}}],
+    }
+    if node_name:
+        spec["nodeName"] = node_name
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid or f"uid-{namespace}-{name}",
+            "annotations": notes,
+        },
+        "spec": spec,
+        "status": {"phase": "Running" if node_name else "Pending"},
+    }
+
+
+def state_from(
+    nodes: Iterable[dict], pods: Iterable[dict] = (), settings: Settings | None = None, **kw
+) -> ClusterState:
+    """A synced ClusterState fed the objects as events (no warm-up)."""
+    state = ClusterState(settings or Settings(), **kw)
+    for obj in nodes:
+        state.apply(NodeUpserted(obj))
+    for obj in pods:
+        state.apply(PodUpserted(obj))
+    state.apply(Synced())
+    return state
+
+
+def write_cluster(path: Path, objects: list[dict[str, Any]]) -> Path:
+    """A cluster file (`kind: List`)."""
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": objects}))
+    return path
+
+
+def file_state(path: Path, settings: Settings | None = None, **kw) -> tuple[ClusterState, ClusterFileSource]:
+    """A ClusterState served from a cluster file, wired to it as writer, synced."""
+    state = ClusterState(settings or Settings(), **kw)
+    source = ClusterFileSource(path, state.apply)
+    state.writer = source
+    source.start()
+    return state, source
+
+
+def assert_no_overlap(nodes: Iterable[dict], placements: Iterable[Placement]) -> Inventory:
+    """Commit every placement into a fresh inventory: any overlap or negative capacity raises."""
+    inventory = Inventory()
+    for obj in nodes:
+        inventory.add_node(facts_from_node(obj))
+    for placement in placements:
+        inventory.commit(placement)
+    n = inventory.size
+    for array in ("node_cpu_free", "node_mem_free", "node_pods_free", "gpu_milli_free"):
+        assert (getattr(inventory, array)[: n * (16 if array.startswith("gpu") else 1)] >= 0).all(), array
+    return inventory
+
+
+def assignments_of(pods: Iterable[dict]) -> dict[str, dict[str, Any]]:
+    """`namespace/name` -> decoded gpupack.io/assignment of every annotated pod."""
+    out = {}
+    for obj in pods:
+        text = (obj["metadata"].get("annotations") or {}).get("gpupack.io/assignment")
+        if text is not None:
+            out[f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"] = json.loads(text)
+    return out

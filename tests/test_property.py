@@ -1,0 +1,444 @@
+"""Property tests: the numba engine and the plain-Python reference agree, and the inventory stays sound.
+
+Random clusters (dynamic-MIG H100/H200/A30, static-MIG A100/A30 with random valid layouts, non-MIG
+L4/T4, an unknown product, CPU-only nodes; random NVLink matrices, NUMA, spot and prices) get random
+pre-existing allocations, then a random request stream is decided under every policy. For each
+request both implementations must give the same verdict on every node, the same score (exactly:
+the reference evaluates the kernels' expressions in the same order and every fragmentation term is
+an exact integer, so no tolerance is needed), and the same node and placement. Each decision is
+committed and checked; releasing everything in random order must restore the arrays exactly.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scoring.engine import Engine
+from scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
+from scoring.geometry import (
+    FAMILIES,
+    PLACEMENT_SHAPE,
+    PLACEMENT_START,
+    SHAPES,
+    MigFamily,
+    resolve_profile,
+    slice_bits,
+)
+from scoring.gpu_models import lookup_model
+from scoring.inventory import FULL_MILLI, MAX_GPUS, Inventory
+from scoring.mix import typical_mix
+from scoring.policies import POLICY_NAMES, PolicySpec, baseline, fgd, gpupack
+from scoring.reference import reference_decide
+from scoring.request import Kind, PodRequest
+
+# (product, MIG modes it is generated with)
+PRODUCTS: list[tuple[str, tuple[MigMode, ...]]] = [
+    ("NVIDIA-H100-80GB-HBM3", (MigMode.DYNAMIC,)),
+    ("NVIDIA-H200", (MigMode.DYNAMIC,)),
+    ("NVIDIA-A100-SXM4-80GB", (MigMode.STATIC, MigMode.DYNAMIC)),
+    ("NVIDIA-A100-SXM4-40GB", (MigMode.STATIC, MigMode.DYNAMIC)),
+    ("NVIDIA-A30", (MigMode.STATIC, MigMode.DYNAMIC)),
+    ("NVIDIA-L4", (MigMode.NONE,)),
+    ("Tesla-T4", (MigMode.NONE,)),
+    ("ACME-Accelerator-X1", (MigMode.NONE, MigMode.DYNAMIC)),  # unknown product: never MIG
+    ("", (MigMode.NONE,)),  # CPU-only node
+]
+PRODUCT_NAMES = [p for p, _ in PRODUCTS if p]
+MIG_PROFILES = [
+    "1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me",
+    "1g.5gb", "2g.10gb", "3g.20gb", "7g.40gb",
+    "1g.6gb", "2g.12gb", "4g.24gb", "1g.6gb+me",
+    "1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "7g.141gb",
+]  # fmt: skip
+GIB = 1 << 30
+
+# ---------------------------------------------------------------------------------------- clusters
+
+
+@st.composite
+def static_layout(draw: st.DrawFn, family: MigFamily) -> tuple[tuple[str, int], ...]:
+    """A random valid static layout of one GPU: instances added while they fit."""
+    names = sorted(family.profiles)
+    layout: list[tuple[str, int]] = []
+    used = 0
+    compute = 0
+    for _ in range(draw(st.integers(0, 10))):
+        profile = draw(st.sampled_from(names))
+        shape = SHAPES[family.profiles[profile]]
+        start = draw(st.sampled_from(shape.starts))
+        bits = slice_bits(shape.size, start)
+        if used & bits or compute + shape.compute > family.compute_total:
+            continue
+        used |= bits
+        compute += shape.compute
+        layout.append((profile, start))
+    return tuple(layout)
+
+
+@st.composite
+def node_facts(draw: st.DrawFn, name: str) -> NodeFacts:
+    """One random node."""
+    product, modes = draw(st.sampled_from(PRODUCTS[:5] + PRODUCTS))  # MIG-capable ones twice as often
+    count = draw(st.integers(1, 8)) if product else 0
+    mode = draw(st.sampled_from(modes)) if count else MigMode.NONE
+    layout: dict[int, tuple[tuple[str, int], ...]] = {}
+    if mode == MigMode.STATIC:
+        family = _family(product)
+        for gpu in range(count):
+            if draw(st.booleans()) or gpu == 0:
+                layout[gpu] = draw(static_layout(family))
+    nvlink = None
+    numa = None
+    if count and draw(st.booleans()):
+        values = draw(st.lists(st.integers(0, 3), min_size=count * count, max_size=count * count))
+        matrix = [[0] * count for _ in range(count)]
+        for i in range(count):
+            for j in range(i + 1, count):
+                matrix[i][j] = matrix[j][i] = values[i * count + j]
+        nvlink = tuple(tuple(row) for row in matrix)
+        numa = tuple(draw(st.lists(st.integers(0, 1), min_size=count, max_size=count)))
+    cost = draw(st.one_of(st.none(), st.sampled_from([4.0, 12.5, 32.77, 98.32])))
+    return NodeFacts(
+        name=name,
+        cpu_milli=draw(st.sampled_from([4000, 32000, 64000])),
+        memory_bytes=draw(st.sampled_from([16, 128, 512])) * GIB,
+        pods=draw(st.integers(1, 24)),
+        gpu_product=product,
+        gpu_count=count,
+        mig_mode=mode,
+        mig_layout=layout,
+        nvlink=nvlink,
+        numa=numa,
+        spot=draw(st.booleans()),
+        hourly_cost=cost,
+    )
+
+
+def _family(product: str) -> MigFamily:
+    family = lookup_model(product).mig_family
+    return family if family is not None else MigFamily("none", 8, 7, {}, "")
+
+
+def _profile_name(family: MigFamily, shape: int) -> str:
+    return next(name for name, sid in sorted(family.profiles.items()) if sid == shape)
+
+
+def random_placement(rng: random.Random, inv: Inventory, row: int) -> Placement | None:
+    """A random placement that fits on node `row` as the arrays say (None when nothing is free)."""
+    name = inv.names[row]
+    assert name is not None
+    if inv.node_pods_free[row] < 1:
+        return None
+    cpu = rng.choice([0, 100, 500]) if inv.node_cpu_free[row] >= 500 else 0
+    mem = GIB if inv.node_mem_free[row] >= GIB else 0
+    family = inv.models[int(inv.node_model[row])].mig_family
+    mode = int(inv.node_mig_mode[row])
+    options: list[tuple[GpuSlot, ...]] = []
+    base = row * MAX_GPUS
+    free_whole: list[int] = []
+    for j in range(int(inv.node_gpu_count[row])):
+        g = base + j
+        milli, whole = int(inv.gpu_milli_free[g]), bool(inv.gpu_whole[g])
+        slices, compute, static = int(inv.gpu_slices[g]), int(inv.gpu_compute[g]), int(inv.gpu_static[g])
+        plain = not whole and slices == 0 and static == 0
+        if plain and milli == FULL_MILLI:
+            free_whole.append(j)
+        if plain and milli > 0:
+            options.append((GpuSlot(j, milli=rng.randint(1, min(milli, 999))),))
+        if family is not None and mode == MigMode.STATIC and static:
+            for pid in range(len(PLACEMENT_SHAPE)):
+                if static & ~int(inv.gpu_static_used[g]) & (1 << pid):
+                    profile = _profile_name(family, int(PLACEMENT_SHAPE[pid]))
+                    options.append((GpuSlot(j, mig=profile, start=int(PLACEMENT_START[pid])),))
+        if family is not None and mode == MigMode.DYNAMIC and not whole and milli == FULL_MILLI:
+            for profile, sid in sorted(family.profiles.items()):
+                shape = SHAPES[sid]
+                if compute + shape.compute > family.compute_total:
+                    continue
+                for start in shape.starts:
+                    if slices & slice_bits(shape.size, start) == 0:
+                        options.append((GpuSlot(j, mig=profile, start=start),))
+    if free_whole:
+        k = rng.randint(1, len(free_whole))
+        options.append(tuple(GpuSlot(j) for j in sorted(rng.sample(free_whole, k))))
+    if not options or rng.random() < 0.1:
+        return Placement(name, (), cpu, mem)  # CPU-only pod
+    return Placement(name, rng.choice(options), cpu, mem)
+
+
+# ---------------------------------------------------------------------------------------- requests
+
+
+FAMILY_PROFILES = [sorted(family.profiles) for family in FAMILIES.values()]
+
+
+@st.composite
+def mig_request(draw: st.DrawFn, families: list[list[str]]) -> tuple[tuple[str, int], ...]:
+    """Mostly profiles of one family of the cluster (so they can fit), sometimes any mixture."""
+    if draw(st.integers(0, 3)) == 0:
+        pool = MIG_PROFILES
+    else:
+        names = draw(st.sampled_from(families or FAMILY_PROFILES))
+        pool = names + [f"{name}+me" for name in names if name.startswith("1g.")]
+    profiles = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=2, unique=True))
+    return tuple((p, draw(st.sampled_from([1, 1, 1, 2, 3]))) for p in profiles)
+
+
+@st.composite
+def pod_request(draw: st.DrawFn, families: list[list[str]] | None = None) -> PodRequest:
+    """A random valid request of any kind."""
+    kind = draw(st.sampled_from(list(Kind)))
+    fields: dict[str, object] = {"kind": kind}
+    if kind == Kind.WHOLE:
+        fields["gpus"] = draw(st.sampled_from([1, 1, 2, 2, 3, 4, 8]))
+    elif kind == Kind.SHARE:
+        fields["milli"] = draw(st.one_of(st.sampled_from([100, 250, 500, 700]), st.integers(1, 999)))
+    elif kind == Kind.MIG:
+        fields["mig"] = draw(mig_request(families or []))
+    products = st.frozensets(st.sampled_from(PRODUCT_NAMES), min_size=1, max_size=3)
+    return PodRequest(
+        cpu_milli=draw(st.sampled_from([0, 500, 1000, 8000])),
+        memory_bytes=draw(st.sampled_from([0, GIB, 8 * GIB, 100 * GIB])),
+        allowed_products=draw(st.one_of(st.none(), st.none(), products)),
+        interruptible=draw(st.booleans()),
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def make_policy(name: str, stream: list[PodRequest]) -> PolicySpec:
+    """Every policy of scoring.policies, by name; fgd gets the stream's own mix as its oracle."""
+    if name == "gpupack":
+        return gpupack()
+    if name == "fgd":
+        return fgd(typical_mix(stream))
+    if name == "kube-default+sets":
+        return baseline("kube-default", topology_sets=True)
+    return baseline(name)
+
+
+ALL_POLICIES = [*POLICY_NAMES, "kube-default+sets"]
+
+# ---------------------------------------------------------------------------------------- checks
+
+
+def snapshot(inv: Inventory) -> dict[str, np.ndarray]:
+    """Copies of every node_* / gpu_* / model_* array."""
+    return {
+        name: value.copy()
+        for name, value in vars(inv).items()
+        if isinstance(value, np.ndarray) and name.startswith(("node_", "gpu_", "model_"))
+    }
+
+
+def assert_same_arrays(before: dict[str, np.ndarray], after: dict[str, np.ndarray]) -> None:
+    assert before.keys() == after.keys()
+    for name in before:
+        assert np.array_equal(before[name], after[name], equal_nan=name == "node_price"), name
+
+
+class Ledger:
+    """Dynamic MIG instances committed per (node, GPU), to check they never overlap."""
+
+    def __init__(self) -> None:
+        self.instances: dict[tuple[str, int], list[tuple[int, int]]] = {}
+
+    def apply(self, inv: Inventory, placement: Placement, sign: int) -> None:
+        row = inv.index[placement.node]
+        family = inv.models[int(inv.node_model[row])].mig_family
+        if int(inv.node_mig_mode[row]) != MigMode.DYNAMIC or family is None:
+            return
+        for slot in placement.slots:
+            if slot.mig:
+                entry = (resolve_profile(family, slot.mig)[0], slot.start)
+                key = (placement.node, slot.index)
+                if sign > 0:
+                    self.instances.setdefault(key, []).append(entry)
+                else:
+                    self.instances[key].remove(entry)
+
+
+def check_invariants(inv: Inventory, ledger: Ledger) -> None:
+    """Capacities stay in range; MIG instances are disjoint and within compute; static use is real."""
+    n = inv.size
+    active = inv.node_active[:n]
+    for arr in (inv.node_cpu_free, inv.node_mem_free, inv.node_pods_free):
+        assert (arr[:n][active] >= 0).all()
+    assert (inv.node_cpu_free[:n] <= inv.node_cpu_cap[:n]).all()
+    assert (inv.node_mem_free[:n] <= inv.node_mem_cap[:n]).all()
+    assert (inv.node_pods_free[:n] <= inv.node_pods_cap[:n]).all()
+    for row in range(n):
+        if not active[row]:
+            continue
+        rows = inv.gpu_rows(row)
+        milli = inv.gpu_milli_free[rows]
+        assert ((milli >= 0) & (milli <= FULL_MILLI)).all()
+        assert (milli[inv.gpu_whole[rows]] == 0).all()
+        assert (inv.gpu_static_used[rows] & ~inv.gpu_static[rows] == 0).all()
+        compute_total = int(inv.model_compute[int(inv.node_model[row])])
+        name = inv.names[row]
+        for j in range(int(inv.node_gpu_count[row])):
+            g = row * MAX_GPUS + j
+            instances = ledger.instances.get((name, j), [])  # type: ignore[arg-type]
+            mask = 0
+            compute = 0
+            for shape, start in instances:
+                bits = slice_bits(SHAPES[shape].size, start)
+                assert mask & bits == 0, f"{name} GPU {j}: MIG instances overlap"
+                mask |= bits
+                compute += SHAPES[shape].compute
+            assert mask == int(inv.gpu_slices[g])
+            assert compute == int(inv.gpu_compute[g]) <= compute_total
+            if instances:
+                assert not inv.gpu_whole[g] and inv.gpu_milli_free[g] == FULL_MILLI
+
+
+def assert_agree(
+    engine: Engine, inv: Inventory, policy: PolicySpec, request: PodRequest, **kw: object
+) -> None:
+    """Engine and reference give identical verdicts, scores and placements."""
+    before = snapshot(inv)
+    fast = engine.decide(request, **kw)  # type: ignore[arg-type]
+    slow = reference_decide(inv, policy, request, **kw)  # type: ignore[arg-type]
+    assert_same_arrays(before, snapshot(inv))  # deciding changes nothing
+    assert np.array_equal(fast.rows, slow.rows)
+    assert fast.verdicts.tolist() == slow.verdicts.tolist(), (request, fast.reasons(), slow.reasons())
+    # exact: same expressions in the same order over exact integer fragmentation terms
+    assert fast.scores.tolist() == slow.scores.tolist(), (request, fast.scores, slow.scores)
+    assert fast.placement == slow.placement, request
+
+
+def check_placement_matches(request: PodRequest, placement: Placement) -> None:
+    """A decided placement gives the request exactly what it asked for."""
+    assert (placement.cpu_milli, placement.memory_bytes) == (request.cpu_milli, request.memory_bytes)
+    if request.kind == Kind.WHOLE:
+        assert len({s.index for s in placement.slots}) == len(placement.slots) == request.gpus
+    elif request.kind == Kind.SHARE:
+        assert [s.milli for s in placement.slots] == [request.milli]
+    elif request.kind == Kind.MIG:
+        asked = sorted(p for p, c in request.mig for _ in range(c))
+        assert sorted(s.mig for s in placement.slots) == asked
+    else:
+        assert placement.slots == ()
+
+
+# ---------------------------------------------------------------------------------------- the test
+
+
+@st.composite
+def scenario(draw: st.DrawFn) -> tuple[list[NodeFacts], list[PodRequest], int]:
+    n_nodes = draw(st.integers(1, 5))
+    nodes = [draw(node_facts(f"node-{i}")) for i in range(n_nodes)]
+    families = [sorted(_family(f.gpu_product).profiles) for f in nodes if f.mig_mode != MigMode.NONE]
+    families = [names for names in families if names]
+    stream = draw(st.lists(pod_request(families), min_size=1, max_size=8))
+    seed = draw(st.integers(0, 2**32 - 1))
+    return nodes, stream, seed
+
+
+def run_stream(policy: PolicySpec, nodes: list[NodeFacts], stream: list[PodRequest], seed: int) -> None:
+    rng = random.Random(seed)
+    inv = Inventory(capacity=2)  # small, so adding nodes exercises growth
+    for facts in nodes:
+        inv.add_node(facts)
+    if len(nodes) > 1 and rng.random() < 0.3:  # an inactive row
+        inv.remove_node(nodes[0].name)
+    empty = snapshot(inv)
+    ledger = Ledger()
+
+    def commit(placement: Placement) -> None:
+        inv.commit(placement)  # must not raise for a fitting / decided placement
+        ledger.apply(inv, placement, +1)
+        check_invariants(inv, ledger)
+
+    existing: list[Placement] = []
+    for _ in range(rng.randint(0, 12)):
+        row = inv.index[rng.choice(sorted(inv.index))]
+        placement = random_placement(rng, inv, row)
+        if placement is not None:
+            commit(placement)
+            existing.append(placement)
+    prepared = snapshot(inv)
+
+    engine = Engine(inv, policy)
+    decided: list[Placement] = []
+    for request in stream:
+        n = inv.size
+        names = sorted(inv.index)
+        candidates = None if rng.random() < 0.7 else rng.sample(names, rng.randint(0, len(names)))
+        rank = np.array(rng.sample(range(n), n), dtype=np.int64)
+        noise = np.array([rng.random() for _ in range(n)], dtype=np.float64)
+        assert_agree(engine, inv, policy, request, candidates=candidates, rank=rank, noise=noise)
+        decision = engine.decide(request, candidates=candidates, rank=rank, noise=noise)
+        engine.observe(request)
+        if decision.placement is not None:
+            check_placement_matches(request, decision.placement)
+            commit(decision.placement)
+            decided.append(decision.placement)
+
+    def release_all(placements: list[Placement]) -> None:
+        for placement in rng.sample(placements, len(placements)):
+            inv.release(placement)
+            ledger.apply(inv, placement, -1)
+            check_invariants(inv, ledger)
+
+    release_all(decided)
+    assert_same_arrays(prepared, snapshot(inv))
+    release_all(existing)
+    assert_same_arrays(empty, snapshot(inv))
+
+
+@pytest.mark.parametrize("policy_name", ALL_POLICIES)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=scenario())
+def test_engine_matches_reference(
+    policy_name: str, case: tuple[list[NodeFacts], list[PodRequest], int]
+) -> None:
+    nodes, stream, seed = case
+    run_stream(make_policy(policy_name, stream), nodes, stream, seed)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=scenario(), data=st.data())
+def test_learned_mix_after_refresh(
+    case: tuple[list[NodeFacts], list[PodRequest], int], data: st.DataObject
+) -> None:
+    """gpupack once its learned mix has refreshed from observed requests (not just the prior)."""
+    nodes, stream, seed = case
+    warmup = data.draw(st.lists(pod_request(), min_size=1, max_size=4))
+    policy = gpupack()
+    for _ in range(16):
+        for request in warmup:
+            policy.mix.observe(request)  # 64 observations trigger a refresh
+    run_stream(policy, nodes, stream, seed)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_sixteen_gpu_node(data: st.DataObject) -> None:
+    """The largest node (16 GPUs: every GPU-set bitmask the kernel enumerates) agrees too."""
+    count = 16
+    values = data.draw(st.lists(st.integers(0, 4), min_size=count * count, max_size=count * count))
+    matrix = [
+        [values[i * count + j] if i < j else values[j * count + i] for j in range(count)]
+        for i in range(count)
+    ]
+    for i in range(count):
+        matrix[i][i] = 0
+    facts = NodeFacts(
+        "big",
+        256000,
+        1024 * GIB,
+        gpu_product="NVIDIA-L40S",
+        gpu_count=count,
+        nvlink=tuple(tuple(row) for row in matrix),
+        numa=tuple(data.draw(st.lists(st.integers(0, 3), min_size=count, max_size=count))),
+    )
+    gpus = data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=6))
+    stream = [PodRequest(cpu_milli=100, kind=Kind.WHOLE, gpus=g) for g in gpus]
+    policy = data.draw(st.sampled_from(["gpupack", "kube-default+sets", "first-fit"]))
+    run_stream(make_policy(policy, stream), [facts], stream, data.draw(st.integers(0, 2**32 - 1)))

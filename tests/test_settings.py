@@ -1,0 +1,97 @@
+"""Settings: the shipped policy config, environment and CLI overrides, clear validation errors."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+import yaml
+
+from extender.service import serve
+from extender.settings import Settings, SettingsError, load_settings, snake_case
+from scoring.policies import GpupackArgs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def shipped(tmp_path: Path) -> Path:
+    """The policy.yaml of manifests/policy-config.yaml, as the Deployment mounts it."""
+    (config_map,) = [d for d in yaml.safe_load_all((ROOT / "manifests" / "policy-config.yaml").read_text()) if d]
+    path = tmp_path / "policy.yaml"
+    path.write_text(config_map["data"]["policy.yaml"])
+    return path
+
+
+def test_shipped_config_loads_with_the_benchmarked_defaults(shipped: Path) -> None:
+    settings = load_settings(shipped)
+    assert settings.gpupack_args() == GpupackArgs()
+    assert (settings.host, settings.port, settings.decide_in_filter) == ("127.0.0.1", 8888, True)
+    assert settings.reservation_ttl_seconds == 30
+    assert settings.price_table()[("p5.48xlarge", "spot")] == pytest.approx(39.33)
+
+
+def test_defaults_without_a_file() -> None:
+    settings = Settings()
+    assert (settings.host, settings.port, settings.max_body_bytes) == ("127.0.0.1", 8888, 16 << 20)
+    assert settings.policy_spec().name == "gpupack"
+
+
+def test_environment_and_cli_override_the_file(shipped: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUPACK_PORT", "9000")
+    monkeypatch.setenv("GPUPACK_POLICY__WEIGHTS__FRAGMENTATION", "2.5")
+    monkeypatch.setenv("GPUPACK_SPOT__NON_INTERRUPTIBLE_ON_SPOT", "forbid")
+    settings = load_settings(shipped, host="0.0.0.0", port=None)
+    assert (settings.host, settings.port) == ("0.0.0.0", 9000)
+    args = settings.gpupack_args()
+    assert args.weights.frag == 2.5 and args.weights.pack == 0.02  # deep merge with the file
+    assert args.forbid_spot_for_non_interruptible
+    assert load_settings(shipped, port=7000).port == 7000
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("reservationTTLSecnds: 3\n", "reservation_ttl_secnds"),
+        ("spot: {nonInterruptibleOnSpot: sometimes}\n", "non_interruptible_on_spot"),
+        ("port: 0\n", "port"),
+        ("policy: {name: fgd}\n", "fgd needs an oracle"),
+        ("policy: {weights: {packing: -1}}\n", "packing"),
+        ("prices: [{instanceType: a, capacityType: spot, hourly: 1},\n"
+         "         {instanceType: a, capacityType: spot, hourly: 2}]\n", "given twice"),
+        ("prices: [{instanceType: a, capacityType: reserved, hourly: 1}]\n", "capacity_type"),
+        ("- a list\n", "expected a mapping"),
+        ("port: [\n", "not valid YAML"),
+    ],
+)  # fmt: skip
+def test_bad_config_is_a_clear_error(tmp_path: Path, text: str, expected: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(SettingsError, match=r"bad\.yaml") as err:
+        load_settings(path)
+    assert expected in str(err.value)
+
+
+def test_missing_config_file() -> None:
+    with pytest.raises(SettingsError, match="cannot read"):
+        load_settings("/nonexistent/policy.yaml")
+
+
+def test_snake_case() -> None:
+    assert snake_case("reservationTTLSeconds") == "reservation_ttl_seconds"
+    assert snake_case("modelFit") == "model_fit"
+    assert snake_case("decideInFilter") == "decide_in_filter"
+    assert snake_case("port") == "port"
+
+
+def test_serve_refuses_bad_config_and_half_tls(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("nope: 1\n")
+    base = dict(cluster_file=None, kubeconfig=None, host=None, port=None, tls_cert=None, tls_key=None)
+    assert serve(argparse.Namespace(**{**base, "config": str(bad)})) == 2
+    assert "nope" in capsys.readouterr().err
+    assert serve(argparse.Namespace(**{**base, "config": None, "tls_cert": "c.pem"})) == 2
+    assert "--tls-key" in capsys.readouterr().err
+    missing = argparse.Namespace(**{**base, "config": None, "cluster_file": str(tmp_path / "none.yaml")})
+    assert serve(missing) == 2

@@ -1,0 +1,333 @@
+"""ClusterState: accounting of bound pods, forged assignments, reservations and restarts."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from extender.settings import Settings
+from extender.sources import NodeDeleted, NodeUpserted, PodDeleted, PodUpserted, Synced, load_cluster_objects
+from extender.state import UNKNOWN_NODE, BindError, ClusterState, normalise
+from scoring.facts import GpuSlot
+from tests.extender_helpers import (
+    EXAMPLE_CLUSTER,
+    L4,
+    FakeClock,
+    assert_no_overlap,
+    file_state,
+    node,
+    pod,
+    state_from,
+    write_cluster,
+)
+
+EXAMPLE = load_cluster_objects(EXAMPLE_CLUSTER)
+
+
+def example_state(extra_pods: list[dict] = (), **kw) -> ClusterState:
+    return state_from(EXAMPLE.nodes, [*EXAMPLE.pods, *extra_pods], **kw)
+
+
+def by_key(state: ClusterState) -> dict[str, object]:
+    return {record.key: record.placement for record in state._pods.values()}
+
+
+def test_example_cluster_commits_assignments_and_accounts_the_foreign_gpu_pod() -> None:
+    state = example_state()
+    held = by_key(state)
+    for obj in EXAMPLE.pods:
+        key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+        text = obj["metadata"].get("annotations", {}).get("gpupack.io/assignment")
+        assert held[key] is not None, key
+        if text:
+            assert held[key].to_assignment() == json.loads(text)
+    (foreign,) = [r for r in state._pods.values() if r.claimed is None]
+    assert foreign.how == "first-fit" and foreign.node == "l4-spot-0"
+    assert foreign.placement.slots == (GpuSlot(0),)
+    assert state.unplaced() == []
+    snap = state.snapshot()
+    assert snap.gpus_allocated == pytest.approx(4 + 2 + 1 + 0.25 + 3 / 7 + 1 / 7)
+    assert_no_overlap(EXAMPLE.nodes, state.placements().values())
+    # l4-spot-0 has four GPUs and the foreign pod holds one of them
+    chosen, failed, _ = state.decide_for_filter(pod("four", gpus=4), ["l4-spot-0"])
+    assert chosen is None and failed == {"l4-spot-0": "not enough free GPU capacity"}
+    assert state.decide_for_filter(pod("three", gpus=3), ["l4-spot-0"])[0] == "l4-spot-0"
+
+
+def test_list_order_does_not_matter_before_sync() -> None:
+    """A foreign pod listed first must not take the GPU an assigned pod listed later claims."""
+    nodes = [node("l4", L4, 1)]
+    foreign = pod("foreign", gpus=1, node_name="l4", scheduler="default-scheduler")
+    claimed = pod("claimed", gpus=1, node_name="l4", assignment={"node": "l4", "gpus": [{"index": 0}]})
+    state = state_from(nodes, [foreign, claimed])
+    held = by_key(state)
+    assert held["default/claimed"].slots == (GpuSlot(0),)
+    assert held["default/foreign"] is None  # waits for capacity; never double-booked
+    assert state.unplaced() == ["default/foreign"]
+    state.apply(PodDeleted("default/claimed", "uid-default-claimed"))
+    assert by_key(state)["default/foreign"].slots == (GpuSlot(0),)
+    assert state.unplaced() == []
+
+
+def test_assignment_naming_another_node_is_placed_first_fit_on_the_bound_node() -> None:
+    forged = pod(
+        "forged", gpus=1, node_name="l4-od-0", assignment={"node": "l4-spot-1", "gpus": [{"index": 0}]}
+    )
+    state = example_state([forged])
+    record = state._pods["uid-default-forged"]
+    assert record.claimed is None and record.how == "first-fit"
+    assert record.placement.node == "l4-od-0"
+    # l4-spot-1 stays free: the forged claim took nothing there
+    chosen, _, _ = state.decide_for_filter(pod("probe", gpus=1), ["l4-spot-1"])
+    assert chosen == "l4-spot-1"
+    assert_no_overlap(EXAMPLE.nodes, state.placements().values())
+
+
+def test_assignment_claiming_a_gpu_in_use_never_double_books_or_frees() -> None:
+    before = example_state().snapshot().gpus_allocated
+    # llama-pretrain-3-worker-0 holds GPUs 4-7 of h100-spot-0
+    forged = pod(
+        "forged", gpus=1, node_name="h100-spot-0", assignment={"node": "h100-spot-0", "gpus": [{"index": 5}]}
+    )
+    state = example_state([forged])
+    record = state._pods["uid-default-forged"]
+    assert record.how == "first-fit" and record.placement.slots[0].index not in (4, 5, 6, 7)
+    llama = next(r for r in state._pods.values() if r.key.endswith("llama-pretrain-3-worker-0"))
+    assert [s.index for s in llama.placement.slots] == [4, 5, 6, 7]
+    assert state.snapshot().gpus_allocated == pytest.approx(before + 1)
+    assert_no_overlap(EXAMPLE.nodes, state.placements().values())
+    # deleting the forger gives back exactly its one GPU
+    state.apply(PodDeleted("default/forged", "uid-default-forged"))
+    assert state.snapshot().gpus_allocated == pytest.approx(before)
+
+
+def test_forged_claim_on_a_full_node_holds_nothing_until_capacity_frees() -> None:
+    nodes = [node("l4", L4, 1)]
+    owner = pod("owner", gpus=1, node_name="l4", assignment={"node": "l4", "gpus": [{"index": 0}]})
+    forged = pod("forged", gpus=1, node_name="l4", assignment={"node": "l4", "gpus": [{"index": 0}]})
+    state = state_from(nodes, [owner, forged])
+    assert by_key(state) == {"default/owner": owner_placement(state), "default/forged": None}
+    assert state.snapshot().gpus_allocated == 1
+    # an annotation change on the holder does not free or move anything
+    changed = copy.deepcopy(owner)
+    changed["metadata"]["annotations"]["gpupack.io/assignment"] = "garbage"
+    state.apply(PodUpserted(changed))
+    assert state.snapshot().gpus_allocated == 1
+    state.apply(PodDeleted("default/owner", "uid-default-owner"))
+    assert by_key(state)["default/forged"].slots == (GpuSlot(0),)
+
+
+def owner_placement(state: ClusterState):
+    return state._pods["uid-default-owner"].placement
+
+
+def test_cpu_only_pods_take_cpu_memory_and_a_pod_slot() -> None:
+    nodes = [node("l4", L4, 1, cpu="4", memory="8Gi")]
+    state = state_from(nodes, [pod("web", cpu="3", memory="1Gi", node_name="l4")])
+    row = state.inventory.index["l4"]
+    assert state.inventory.node_cpu_free[row] == 1000
+    assert state.inventory.node_pods_free[row] == 109
+    chosen, failed, _ = state.decide_for_filter(pod("gpu", gpus=1, cpu="2"), ["l4"])
+    assert chosen is None and failed == {"l4": "not enough free CPU"}
+
+
+def test_filter_reserves_at_once_and_returns_the_same_reservation_on_retry() -> None:
+    state = state_from([node("a", L4, 1), node("b", L4, 1)])
+    first = pod("p1", gpus=1)
+    chosen, failed, unresolvable = state.decide_for_filter(first, ["a", "b", "ghost"])
+    other = "b" if chosen == "a" else "a"
+    assert failed == {other: f"gpupack chose {chosen}"}
+    assert unresolvable == {"ghost": UNKNOWN_NODE}
+    assert state.decide_for_filter(first, ["a", "b"])[0] == chosen  # kube-scheduler retry
+    chosen2, _, _ = state.decide_for_filter(pod("p2", gpus=1), ["a", "b"])
+    assert chosen2 == other  # the reservation is seen by the next filter
+    assert state.decide_for_filter(pod("p3", gpus=1), ["a", "b"])[0] is None
+    assert state.snapshot().reservations == {"assumed": 2, "binding": 0}
+
+
+def test_reservation_ttl_expiry_releases() -> None:
+    clock = FakeClock()
+    state = state_from([node("a", L4, 1)], settings=Settings(reservation_ttl_seconds=5), clock=clock)
+    assert state.decide_for_filter(pod("p1", gpus=1), ["a"])[0] == "a"
+    assert state.decide_for_filter(pod("p2", gpus=1), ["a"])[0] is None
+    clock.advance(5.1)
+    assert state.decide_for_filter(pod("p2", gpus=1), ["a"])[0] == "a"
+    assert state.book.ended["expired"] == 1
+    assert state.snapshot().gpus_allocated == 1
+
+
+def test_expired_reservation_is_re_decided_at_bind_when_it_still_fits(tmp_path: Path) -> None:
+    clock = FakeClock()
+    path = write_cluster(tmp_path / "c.yaml", [node("a", L4, 2), pod("p1", gpus=1)])
+    state, source = file_state(path, Settings(reservation_ttl_seconds=5), clock=clock)
+    assert state.decide_for_filter(source.pods[0], ["a"])[0] == "a"
+    clock.advance(10)
+    state.bind("default", "p1", "uid-default-p1", "a")
+    assert state.snapshot().gpus_allocated == 1
+    assert state._pods["uid-default-p1"].how == "reservation"
+
+
+def test_confirm_does_not_double_count(tmp_path: Path) -> None:
+    path = write_cluster(tmp_path / "c.yaml", [node("a", L4, 4), pod("p1", gpus=2)])
+    state, source = file_state(path)
+    assert state.decide_for_filter(source.pods[0], ["a"])[0] == "a"
+    assert state.snapshot().gpus_allocated == 2
+    state.bind("default", "p1", "uid-default-p1", "a")
+    assert state.snapshot().gpus_allocated == 2
+    assert state.snapshot().reservations == {"assumed": 0, "binding": 0}
+    assert state.book.ended == {"confirmed": 1}
+    bound = source.pods[0]
+    assert bound["spec"]["nodeName"] == "a"
+    assert json.loads(bound["metadata"]["annotations"]["gpupack.io/assignment"])["node"] == "a"
+
+
+def test_pod_deleted_between_filter_and_bind_releases(tmp_path: Path) -> None:
+    path = write_cluster(tmp_path / "c.yaml", [node("a", L4, 1), pod("p1", gpus=1)])
+    state, source = file_state(path)
+    assert state.decide_for_filter(source.pods[0], ["a"])[0] == "a"
+    state.apply(PodDeleted("default/p1", "uid-default-p1"))
+    assert state.snapshot().gpus_allocated == 0
+    with pytest.raises(BindError) as err:
+        state.bind("default", "p1", "uid-default-p1", "a")
+    assert err.value.kind == "no-reservation"
+
+
+def test_node_deleted_while_reserved(tmp_path: Path) -> None:
+    path = write_cluster(tmp_path / "c.yaml", [node("a", L4, 1), node("b", L4, 1), pod("p1", gpus=1)])
+    state, source = file_state(path)
+    chosen = state.decide_for_filter(source.pods[0], ["a", "b"])[0]
+    state.apply(NodeDeleted(chosen))
+    assert state.book.ended["node gone"] == 1
+    with pytest.raises(BindError) as err:
+        state.bind("default", "p1", "uid-default-p1", chosen)
+    assert err.value.kind == "node-unknown"
+    other = "b" if chosen == "a" else "a"
+    state.bind("default", "p1", "uid-default-p1", other)  # node changed: re-decided there
+    assert source.pods[0]["spec"]["nodeName"] == other
+
+
+def test_bind_failure_removes_the_annotation_and_releases(tmp_path: Path) -> None:
+    path = write_cluster(tmp_path / "c.yaml", [node("a", L4, 1), pod("p1", gpus=1)])
+    state, source = file_state(path)
+    assert state.decide_for_filter(source.pods[0], ["a"])[0] == "a"
+    with pytest.raises(BindError) as err:
+        state.bind("default", "p1", "wrong-uid", "a")  # the API server refuses: uid precondition
+    assert err.value.kind in ("binding", "no-reservation")
+    # the reservation is keyed by uid; bind with the right uid works and a wrong one left no trace
+    state.bind("default", "p1", "uid-default-p1", "a")
+    assert state.snapshot().gpus_allocated == 1
+
+
+def test_binding_error_rolls_back(tmp_path: Path) -> None:
+    path = write_cluster(tmp_path / "c.yaml", [node("a", L4, 1), pod("p1", gpus=1)])
+    state, source = file_state(path)
+    calls: list[tuple] = []
+
+    class Refusing:
+        def patch_pod_annotations(self, namespace, name, annotations):
+            calls.append(("patch", annotations))
+            source.patch_pod_annotations(namespace, name, annotations)
+
+        def create_binding(self, namespace, name, uid, node):
+            raise RuntimeError("boom")
+
+    state.writer = Refusing()
+    assert state.decide_for_filter(source.pods[0], ["a"])[0] == "a"
+    with pytest.raises(BindError) as err:
+        state.bind("default", "p1", "uid-default-p1", "a")
+    assert err.value.kind == "binding"
+    assert calls[-1] == ("patch", {"gpupack.io/assignment": None})
+    assert "gpupack.io/assignment" not in source.pods[0]["metadata"]["annotations"]
+    assert state.snapshot().gpus_allocated == 0
+    assert state.book.ended["bind failed"] == 1
+
+
+def test_restart_rebuilds_the_same_state(tmp_path: Path) -> None:
+    nodes = [node("h", mig="dynamic"), node("l", L4, 4)]
+    pending = [
+        pod("w2", gpus=2),
+        pod("m3", mig="3g.40gb"),
+        pod("m1", mig="1g.10gb", mig_count=2),
+        pod("s", milli=300),
+        pod("s2", milli=500),
+    ]
+    path = write_cluster(tmp_path / "c.yaml", [*nodes, *pending])
+    state, source = file_state(path)
+    for obj in source.pods:
+        chosen, _, _ = state.decide_for_filter(obj, ["h", "l"])
+        assert chosen
+        state.bind(obj["metadata"]["namespace"], obj["metadata"]["name"], obj["metadata"]["uid"], chosen)
+    before = state.placements()
+    assert len(before) == len(pending)
+    restarted = state_from(source.nodes, source.pods)
+    assert restarted.placements() == before
+    assert all(r.how == "assignment" for r in restarted._pods.values())
+    assert restarted.snapshot().gpus_allocated == pytest.approx(state.snapshot().gpus_allocated)
+
+
+def test_node_with_unreadable_facts_is_unresolvable_and_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    bad = node("bad", L4, 1, annotations={"gpupack.io/hourly-cost": "cheap"})
+    with caplog.at_level(logging.WARNING, logger="extender.state"):
+        state = state_from([bad, node("good", L4, 1)])
+        state.apply(NodeUpserted(bad))
+        state.apply(NodeUpserted(bad))
+    assert sum("not usable" in r.getMessage() for r in caplog.records) == 1
+    for i in range(2):
+        _, _, unresolvable = state.decide_for_filter(pod(f"p{i}", gpus=1), ["bad", "good"])
+        assert "hourly-cost" in unresolvable["bad"]
+    fixed = node("bad", L4, 1)
+    state.apply(NodeUpserted(fixed))
+    assert state.bad_nodes() == {}
+
+
+def test_node_shape_change_re_commits_pods_on_it() -> None:
+    l4 = node("l", L4, 4)
+    pods = [
+        pod("a", gpus=1, node_name="l", assignment={"node": "l", "gpus": [{"index": 0}]}),
+        pod("b", gpus=1, node_name="l", assignment={"node": "l", "gpus": [{"index": 3}]}),
+    ]
+    state = state_from([l4], pods)
+    assert state.decide_for_filter(pod("r", gpus=1), ["l"])[0] == "l"  # reserved on GPU 1
+    smaller = node("l", L4, 2)
+    state.apply(NodeUpserted(smaller))
+    held = by_key(state)
+    assert held["default/a"].slots == (GpuSlot(0),)
+    assert held["default/b"] is None  # GPU 3 is gone and GPU 1 is reserved: nothing to take
+    assert state.book.get("uid-default-r") is not None
+    assert state.snapshot().gpus_allocated == 2
+    state.apply(NodeUpserted(l4))  # back to 4 GPUs: b's claim fits again
+    assert by_key(state)["default/b"].slots == (GpuSlot(3),)
+    # an unchanged node (heartbeat) changes nothing
+    state.apply(NodeUpserted(copy.deepcopy(l4)))
+    assert by_key(state)["default/b"].slots == (GpuSlot(3),)
+
+
+def test_mixed_request_is_unresolvable_everywhere() -> None:
+    state = state_from([node("a", L4, 1)])
+    mixed = pod("mixed", gpus=1, milli=200)
+    chosen, failed, unresolvable = state.decide_for_filter(mixed, ["a", "x"])
+    assert chosen is None and not failed
+    assert set(unresolvable) == {"a", "x"} and "mixes" in unresolvable["a"]
+
+
+def test_prioritize_scores() -> None:
+    assert normalise([1.0, None, 3.0, 2.0]) == [0, 0, 10, 5]
+    assert normalise([2.0, 2.0]) == [10, 10]
+    assert normalise([None]) == [0]
+    state = state_from([node("a", L4, 2), node("b", L4, 2), node("c", L4, 1, cpu="1")])
+    scores = dict(state.scores_for_prioritize(pod("p", gpus=1, cpu="2"), ["a", "b", "c", "zz"]))
+    assert set(scores) == {"a", "b", "c", "zz"}
+    assert scores["c"] == scores["zz"] == 0 and max(scores.values()) == 10
+
+
+def test_synced_and_ready() -> None:
+    state = ClusterState(Settings())
+    assert not state.ready
+    state.apply(Synced())
+    assert not state.ready
+    state.warm_up()
+    assert state.ready
