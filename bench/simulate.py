@@ -17,7 +17,7 @@ import numpy as np
 from bench.protocol import fgd_order, replay_order
 from bench.workload import Trace, TracePod, gpu_milli_capacity
 from scoring import policies
-from scoring.engine import Engine
+from scoring.engine import Decision, Engine
 from scoring.facts import MigMode, NodeFacts, Placement
 from scoring.geometry import SHAPE_COMPUTE, resolve_profile
 from scoring.inventory import Inventory
@@ -41,6 +41,7 @@ class RunResult:
     placements: dict[str, Placement] = field(default_factory=dict)
     failed_by_kind: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    inventory: Inventory | None = field(default=None, repr=False)  # the final state (not in the JSON)
 
     def to_json(self, with_placements: bool) -> dict[str, object]:
         out: dict[str, object] = {
@@ -118,8 +119,12 @@ def run_once(
     seed: int | None,
     keep_placements: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    on_decision: Callable[[TracePod, Decision, Inventory], None] | None = None,
 ) -> RunResult:
-    """Submit `order` one pod at a time; failures are dropped, never retried."""
+    """Submit `order` one pod at a time; failures are dropped, never retried.
+
+    `on_decision(pod, decision, inventory)` (for extra metrics) sees every decision before it is committed.
+    """
     started = time.perf_counter()
     inventory = build_inventory(trace.nodes)
     engine = Engine(inventory, policy)
@@ -138,6 +143,8 @@ def run_once(
         noise = rng.random(n) if policy.kernel_id == policies.k.P_RANDOM else None
         decision = engine.decide(request, rank=rank, noise=noise)
         result.pods_submitted += 1
+        if on_decision is not None:
+            on_decision(pod, decision, inventory)
         if decision.placement is not None:
             inventory.commit(decision.placement)
             allocated += placed_gpus(inventory, decision.placement)
@@ -160,6 +167,7 @@ def run_once(
     if result.alloc_pct_at_130 is None and result.curve:
         result.alloc_pct_at_130 = result.curve[-1][1]  # the run ended just short of 130 %
     result.seconds = time.perf_counter() - started
+    result.inventory = inventory
     return result
 
 

@@ -75,9 +75,7 @@ def node_verdicts(evaluation: Evaluation) -> list[NodeVerdict]:
     decision = evaluation.decision
     if decision is not None:
         chosen = decision.node
-        for node, score in sorted(
-            decision.feasible_scores().items(), key=lambda kv: (kv[0] != chosen, -kv[1])
-        ):
+        for node, score in sorted(decision.feasible_scores().items(), key=lambda kv: (kv[0] != chosen, -kv[1])):
             verdicts.append(NodeVerdict(node, "chosen" if node == chosen else "feasible", score, ""))
         for node, reason in sorted(decision.reasons().items()):
             verdicts.append(NodeVerdict(node, "infeasible", None, reason))

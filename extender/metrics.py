@@ -58,15 +58,11 @@ class _StateCollector(Collector):
         for reason, count in sorted(snap.bind_failures.items()):
             failures.add_metric((reason,), count)
         yield failures
-        ended = CounterMetricFamily(
-            "gpupack_reservations_ended", "Reservations that ended, by how.", labels=("how",)
-        )
+        ended = CounterMetricFamily("gpupack_reservations_ended", "Reservations that ended, by how.", labels=("how",))
         for how, count in sorted(snap.reservations_ended.items()):
             ended.add_metric((how,), count)
         yield ended
-        reservations = GaugeMetricFamily(
-            "gpupack_reservations", "Live reservations by state.", labels=("state",)
-        )
+        reservations = GaugeMetricFamily("gpupack_reservations", "Live reservations by state.", labels=("state",))
         for state, count in sorted(snap.reservations.items()):
             reservations.add_metric((state,), count)
         yield reservations
@@ -76,9 +72,7 @@ class _StateCollector(Collector):
             "GPUs in use (shares count their fraction, MIG its compute slices).",
             value=snap.gpus_allocated,
         )
-        yield GaugeMetricFamily(
-            "gpupack_gpus_free", "GPUs not in use.", value=snap.gpus_total - snap.gpus_allocated
-        )
+        yield GaugeMetricFamily("gpupack_gpus_free", "GPUs not in use.", value=snap.gpus_total - snap.gpus_allocated)
         yield GaugeMetricFamily(
             "gpupack_mig_free_slices",
             "Free MIG memory slices (dynamic-MIG GPUs and unused static instances).",
@@ -94,6 +88,4 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily(
             "gpupack_pods_unplaced", "Bound pods that hold no capacity yet.", value=snap.unplaced_pods
         )
-        yield GaugeMetricFamily(
-            "gpupack_ready", "1 when synced and warmed up.", value=int(snap.synced and snap.warm)
-        )
+        yield GaugeMetricFamily("gpupack_ready", "1 when synced and warmed up.", value=int(snap.synced and snap.warm))

@@ -90,9 +90,7 @@ class ReservationBook:
         """Record a filter decision whose capacity the caller has just committed."""
         if uid in self._live:
             raise ValueError(f"pod {key} already holds a reservation")
-        reservation = Reservation(
-            uid, key, placement, request, ReservationState.ASSUMED, self.clock() + self.ttl
-        )
+        reservation = Reservation(uid, key, placement, request, ReservationState.ASSUMED, self.clock() + self.ttl)
         self._live[uid] = reservation
         return reservation
 

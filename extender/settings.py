@@ -77,9 +77,7 @@ class Policy(_Section):
     def _known(cls, name: str) -> str:
         usable = [p for p in POLICY_NAMES if p != "fgd"]
         if name not in usable:
-            raise ValueError(
-                f"unknown policy {name!r}; choose from {', '.join(usable)} (fgd needs an oracle)"
-            )
+            raise ValueError(f"unknown policy {name!r}; choose from {', '.join(usable)} (fgd needs an oracle)")
         return name
 
 

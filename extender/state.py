@@ -329,9 +329,7 @@ class ClusterState:
         first = not self._synced
         self._synced = True
         if first:
-            logger.info(
-                "cluster state synced: %d nodes, %d bound pods", len(self.inventory.index), len(self._pods)
-            )
+            logger.info("cluster state synced: %d nodes, %d bound pods", len(self.inventory.index), len(self._pods))
         self._retry_unplaced(None)
 
     # ------------------------------------------------------------------ accounting
@@ -356,9 +354,7 @@ class ClusterState:
             self.inventory.commit(exact)
         except InventoryError as exc:
             if how == "assignment":
-                logger.warning(
-                    "pod %s: %s claims capacity in use (%s)", record.key, ANNOTATION_ASSIGNMENT, exc
-                )
+                logger.warning("pod %s: %s claims capacity in use (%s)", record.key, ANNOTATION_ASSIGNMENT, exc)
             self._mark_unplaced(record, str(exc))
             return False
         record.placement, record.how = exact, how
@@ -392,9 +388,7 @@ class ClusterState:
     def _retry_unplaced(self, node: str | None) -> None:
         if not self._unplaced or not self._synced:
             return
-        waiting = [
-            self._pods[uid] for uid in list(self._unplaced) if node is None or self._pods[uid].node == node
-        ]
+        waiting = [self._pods[uid] for uid in list(self._unplaced) if node is None or self._pods[uid].node == node]
         for record in waiting:
             if record.placement is None:
                 self._take_exact(record)
@@ -505,9 +499,7 @@ class ClusterState:
             self.decisions["feasible" if passed else "unschedulable", ""] += 1
             return passed, evaluation.decision.reasons(), evaluation.unresolvable
 
-    def scores_for_prioritize(
-        self, pod: Mapping[str, Any], candidates: Sequence[str]
-    ) -> list[tuple[str, int]]:
+    def scores_for_prioritize(self, pod: Mapping[str, Any], candidates: Sequence[str]) -> list[tuple[str, int]]:
         """Every candidate with a score 0..10: best = 10, linear min-max of feasible scores, infeasible 0.
 
         A pod holding a reservation scores 10 on its reserved node and 0 elsewhere.
@@ -538,9 +530,7 @@ class ClusterState:
         known, unresolvable = self._split(candidates)
         return Evaluation(request, self.engine.decide(request, known), unresolvable)
 
-    def _log(
-        self, key: str, placement: Placement | None, score: float | None, started: float, n: int
-    ) -> None:
+    def _log(self, key: str, placement: Placement | None, score: float | None, started: float, n: int) -> None:
         fields = {
             "pod": key,
             "node": placement.node if placement else None,
@@ -598,9 +588,7 @@ class ClusterState:
         self.inventory.commit(decision.placement)
         return self.book.assume(ident, key, decision.placement, request)
 
-    def _write(
-        self, namespace: str, name: str, uid: str, node: str, placement: Placement, ident: str
-    ) -> None:
+    def _write(self, namespace: str, name: str, uid: str, node: str, placement: Placement, ident: str) -> None:
         """Patch the annotation, then create the Binding; undo both on failure (lock not held)."""
         writer = self.writer
         key = f"{namespace}/{name}"
@@ -618,9 +606,7 @@ class ClusterState:
                 try:
                     writer.patch_pod_annotations(namespace, name, {ANNOTATION_ASSIGNMENT: None})
                 except Exception as undo:
-                    logger.warning(
-                        "pod %s: could not remove %s: %s", key, ANNOTATION_ASSIGNMENT, api_reason(undo)
-                    )
+                    logger.warning("pod %s: could not remove %s: %s", key, ANNOTATION_ASSIGNMENT, api_reason(undo))
                 raise BindError("binding", f"cannot bind pod {key} to {node}: {api_reason(exc)}") from None
         except BindError:
             with self.lock:
@@ -710,9 +696,7 @@ def free_mig_slices(inventory: Inventory) -> int:
             used = np.array([int(m).bit_count() for m in inventory.gpu_slices[rows]], dtype=np.int64)
             total += int(((slices - used) * usable).sum())
         else:
-            for instances, busy in zip(
-                inventory.gpu_static[rows], inventory.gpu_static_used[rows], strict=True
-            ):
+            for instances, busy in zip(inventory.gpu_static[rows], inventory.gpu_static_used[rows], strict=True):
                 free = int(instances) & ~int(busy)
                 for pid in range(len(PLACEMENT_SHAPE)):
                     if free >> pid & 1:

@@ -72,9 +72,7 @@ def check_pod(pod: Mapping[str, Any]) -> None:
             raise WireError(f"Pod.metadata.{key} must be a string")
     for key in ("annotations", "labels"):
         value = metadata.get(key)
-        if value is not None and not (
-            isinstance(value, Mapping) and all(isinstance(v, str) for v in value.values())
-        ):
+        if value is not None and not (isinstance(value, Mapping) and all(isinstance(v, str) for v in value.values())):
             raise WireError(f"Pod.metadata.{key} must map strings to strings")
     spec = pod.get("spec")
     if spec is not None and not isinstance(spec, Mapping):

@@ -96,6 +96,14 @@ class RequestArrays:
         self.width = max(n_inst, request.gpus, 1)
 
 
+def _empty_sums(nodes: int, types: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return (
+        np.full(nodes, -1, dtype=np.int64),
+        np.zeros((nodes, types), dtype=np.int64),
+        np.zeros((nodes, types), dtype=np.int64),
+    )
+
+
 def _has_profile(family, profile: str) -> bool:
     try:
         resolve_profile(family, profile)
@@ -116,13 +124,28 @@ class Engine:
         self.inventory = inventory
         self.policy = policy
         self._mix_cache: tuple[tuple[int, int, int], tuple] | None = None
+        self._sums_cache: tuple[np.ndarray, np.ndarray, np.ndarray] = _empty_sums(0, 0)
 
     def mix_arrays(self) -> tuple:
         """The policy mix as kernel arrays, rebuilt only when the mix or the model list changed."""
         key = (id(self.policy.mix), self.policy.mix.version, len(self.inventory.models))
         if self._mix_cache is None or self._mix_cache[0] != key:
-            self._mix_cache = (key, self.policy.mix.arrays(self.inventory.models, MAX_MODELS))
+            arrays = self.policy.mix.arrays(self.inventory.models, MAX_MODELS)
+            old = self._mix_cache[1] if self._mix_cache else None
+            # the cached sums depend on the task types, not on their weights
+            if old is None or not all(np.array_equal(a, b) for a, b in zip(old[1:], arrays[1:], strict=True)):
+                self._sums_cache = _empty_sums(self.inventory.size, len(arrays[0]))
+            self._mix_cache = (key, arrays)
         return self._mix_cache[1]
+
+    def sums_cache(self, types: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per-node fragmentation sums kept between calls; grows with the inventory."""
+        stamp, sums, hosts = self._sums_cache
+        n = self.inventory.size
+        if len(stamp) < n or sums.shape[1] != types:
+            self._sums_cache = _empty_sums(max(n, 2 * len(stamp)), types)
+        stamp, sums, hosts = self._sums_cache
+        return stamp[:n], sums[:n], hosts[:n]
 
     def kernel_inputs(self) -> tuple[tuple, tuple, tuple]:
         """(node arrays, GPU arrays, model arrays) as the kernels take them."""
@@ -133,7 +156,7 @@ class Engine:
             inv.node_active[:n], inv.node_cpu_free[:n], inv.node_mem_free[:n], inv.node_pods_free[:n],
             inv.node_model[:n], inv.node_mig_mode[:n], inv.node_gpu_count[:n], inv.node_spot[:n],
             inv.node_price[:n], inv.node_cpu_cap[:n], inv.node_mem_cap[:n], inv.node_pods_cap[:n],
-            inv.node_tags[: n * (MAX_GPUS + 1)],
+            inv.node_tags[: n * (MAX_GPUS + 1)], inv.node_version[:n],
         )  # fmt: skip
         gpus = (
             inv.gpu_milli_free[:g], inv.gpu_whole[:g], inv.gpu_slices[:g], inv.gpu_compute[:g], inv.gpu_me[:g],
@@ -177,9 +200,10 @@ class Engine:
         best_start = np.zeros(arrays.width, dtype=np.int32)
         best_shape = np.zeros(arrays.width, dtype=np.int32)
         nodes, gpus, models = self.kernel_inputs()
+        mix = self.mix_arrays()
         best, slots = k.schedule(
             nodes, gpus, models, arrays.scalars, arrays.shapes, arrays.me, arrays.allowed, mask,
-            self.mix_arrays(), self.policy.kernel_id, self.policy.params, rank, noise,
+            mix, self.policy.kernel_id, self.policy.params, rank, noise, self.sums_cache(len(mix[0])),
             scores, verdicts, best_gpu, best_start, best_shape,
         )  # fmt: skip
         placement = None

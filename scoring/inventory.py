@@ -44,6 +44,7 @@ class Inventory:
         self.index: dict[str, int] = {}
         self.facts: list[NodeFacts | None] = []
         self._free_rows: list[int] = []
+        self._version_clock = 0
         self._allocate(capacity)
 
     # ----------------------------------------------------------------- storage
@@ -61,6 +62,8 @@ class Inventory:
         self.node_gpu_count = np.zeros(capacity, dtype=np.int32)
         self.node_spot = np.zeros(capacity, dtype=np.bool_)
         self.node_price = np.full(capacity, np.nan, dtype=np.float64)
+        # bumped on every change of a node, so kernels can cache per-node sums
+        self.node_version = np.zeros(capacity, dtype=np.int64)
         # pods by GPU tag (0: shares, k: pods of k whole GPUs), for the GpuClustering baseline
         self.node_tags = np.zeros(capacity * (MAX_GPUS + 1), dtype=np.int32)
         self.gpu_milli_free = np.zeros(g, dtype=np.int32)  # 1000 = untouched
@@ -87,6 +90,11 @@ class Inventory:
     def size(self) -> int:
         """Rows in use or reusable (the kernels iterate 0..size-1 and skip inactive rows)."""
         return len(self.names)
+
+    def _touch(self, row: int) -> None:
+        """Give the node a version no row has had before (kernels cache per-node sums by it)."""
+        self._version_clock += 1
+        self.node_version[row] = self._version_clock
 
     def gpu_rows(self, node: int) -> slice:
         """Rows of the GPU arrays that belong to a node."""
@@ -141,6 +149,7 @@ class Inventory:
             self.names.append(facts.name)
             self.facts.append(facts)
         self.index[facts.name] = row
+        self._touch(row)
         self.node_active[row] = True
         self.node_cpu_cap[row] = self.node_cpu_free[row] = facts.cpu_milli
         self.node_mem_cap[row] = self.node_mem_free[row] = facts.memory_bytes
@@ -253,6 +262,7 @@ class Inventory:
         self.node_mem_free[row] -= placement.memory_bytes
         self.node_pods_free[row] -= 1
         self._apply(changes)
+        self._touch(row)
         tag = _gpu_tag(placement)
         if tag >= 0:
             self.node_tags[row * (MAX_GPUS + 1) + tag] += 1
@@ -273,6 +283,7 @@ class Inventory:
         self.node_mem_free[row] += placement.memory_bytes
         self.node_pods_free[row] += 1
         self._apply(changes)
+        self._touch(row)
         tag = _gpu_tag(placement)
         if tag >= 0:
             self.node_tags[row * (MAX_GPUS + 1) + tag] -= 1

@@ -130,12 +130,14 @@ def gpu_terms(kind, milli_t, shape_t, mode, ct, milli, whole, slices, compute, m
 @njit(cache=True, inline="always")
 def node_type_sums(
     model, mode, ct, base, count, milli_a, whole_a, slices_a, compute_a, me_a, static_a, sused_a,
-    mix_w, mix_i, mix_shape, loc, S, H,
+    mix_w, mix_i, mix_shape, loc, S, H, cached,
 ):
-    """Per task type: sum of unusable units (S) and count of hosting GPUs (H); returns free units."""
-    for t in range(len(mix_w)):
-        S[t] = 0
-        H[t] = 0
+    """Load the node's GPUs into `loc`; unless `cached`, per task type the sum of unusable units (S)
+    and the count of hosting GPUs (H). Returns the node's free units."""
+    if not cached:
+        for t in range(len(mix_w)):
+            S[t] = 0
+            H[t] = 0
     free = 0
     for j in range(count):
         i = base + j
@@ -146,6 +148,8 @@ def node_type_sums(
         loc[L_ME, j] = me_a[i]
         loc[L_SUSED, j] = sused_a[i]
         free += gpu_free_units(mode, ct, milli_a[i], whole_a[i], slices_a[i], compute_a[i], static_a[i], sused_a[i])
+        if cached:
+            continue
         for t in range(len(mix_w)):
             gf, host = gpu_terms(
                 mix_i[t, 0], mix_i[t, 4], mix_shape[t, model], mode, ct,
@@ -181,6 +185,37 @@ def node_frag(model, cpu_free, mem_free, free, mix_w, mix_i, mix_allowed, S, H):
             need = mix_i[t, 3] if mix_i[t, 0] == KIND_WHOLE else 1
             if H[t] >= need:
                 frag = S[t]
+        total += mix_w[t] * frag
+    return total
+
+
+@njit(cache=True, inline="always")
+def frag_after_change(
+    j, model, mode, ct, static, milli, whole, slices, compute, me, sused,
+    cpu_free, mem_free, free_before, mix_w, mix_i, mix_shape, mix_allowed, loc, S, H,
+):
+    """node_frag after local GPU j takes the given state, without touching S, H or loc."""
+    old_free = gpu_free_units(mode, ct, loc[L_MILLI, j], loc[L_WHOLE, j], loc[L_SLICES, j], loc[L_COMPUTE, j],
+                              static, loc[L_SUSED, j])
+    free = free_before - old_free + gpu_free_units(mode, ct, milli, whole, slices, compute, static, sused)
+    total = 0.0
+    for t in range(len(mix_w)):
+        if mix_w[t] == 0.0:
+            continue
+        frag = free
+        if mix_i[t, 0] != KIND_NONE and mix_allowed[t, model] and cpu_free >= mix_i[t, 1] and mem_free >= mix_i[t, 2]:
+            gf_old, host_old = gpu_terms(
+                mix_i[t, 0], mix_i[t, 4], mix_shape[t, model], mode, ct,
+                loc[L_MILLI, j], loc[L_WHOLE, j], loc[L_SLICES, j], loc[L_COMPUTE, j], loc[L_ME, j], static,
+                loc[L_SUSED, j],
+            )
+            gf_new, host_new = gpu_terms(
+                mix_i[t, 0], mix_i[t, 4], mix_shape[t, model], mode, ct,
+                milli, whole, slices, compute, me, static, sused,
+            )
+            need = mix_i[t, 3] if mix_i[t, 0] == KIND_WHOLE else 1
+            if H[t] - host_old + host_new >= need:
+                frag = S[t] - gf_old + gf_new
         total += mix_w[t] * frag
     return total
 
@@ -362,15 +397,17 @@ def packing_score(n, milli_a, count, kind, k_gpus, milli_req):
 @njit(cache=True)
 def schedule(
     inv, gpus, models, req, req_shapes, req_me, allowed, candidate, mix, policy, params, rank, noise,
-    out_score, out_verdict, best_gpu, best_start, best_shape,
+    cache, out_score, out_verdict, best_gpu, best_start, best_shape,
 ):
     """Score every candidate node; returns (best node or -1, slots) with its placement in best_*.
 
-    Ties on score go to the lowest `rank`. The tuples are unpacked once here: the per-node code
+    Ties on score go to the lowest `rank`. `cache` = (stamp[N], S[N, T], H[N, T]) keeps each node's
+    per-type sums for as long as its version (`inv`'s last array) is unchanged. The tuples are unpacked once here: the per-node code
     takes plain arrays, so no reference counting happens per node.
     """
     (active, cpu_free_a, mem_free_a, pods_free_a, model_a, mode_a, count_a, spot_a, price_a,
-     cpu_cap_a, mem_cap_a, pods_cap_a, tags_a) = inv
+     cpu_cap_a, mem_cap_a, pods_cap_a, tags_a, version_a) = inv
+    cache_stamp, cache_S, cache_H = cache
     milli_a, whole_a, slices_a, compute_a, me_a, static_a, sused_a, numa_a, link_a = gpus
     model_memory, model_compute = models
     mix_w, mix_i, mix_shape, mix_allowed = mix
@@ -436,10 +473,21 @@ def schedule(
         base = n * MAX_GPUS
         ct = model_compute[model]
         uses_frag = policy == P_GPUPACK or policy == P_FGD
+        # S and H only change when the node does: reuse them while its version is unchanged
+        cached = cache_stamp[n] == version_a[n]
         free_before = node_type_sums(
             model, mode, ct, base, count, milli_a, whole_a, slices_a, compute_a, me_a, static_a, sused_a,
-            mix_w, mix_i, mix_shape, loc, S, H,
+            mix_w, mix_i, mix_shape, loc, S, H, cached,
         )
+        if cached:
+            for t in range(n_types):
+                S[t] = cache_S[n, t]
+                H[t] = cache_H[n, t]
+        else:
+            for t in range(n_types):
+                cache_S[n, t] = S[t]
+                cache_H[n, t] = H[t]
+            cache_stamp[n] = version_a[n]
         frag_before = node_frag(model, cpu_free_a[n], mem_free_a[n], free_before, mix_w, mix_i, mix_allowed, S, H) if uses_frag else 0.0
         cpu_after = cpu_free_a[n] - cpu
         mem_after = mem_free_a[n] - mem
@@ -494,13 +542,10 @@ def schedule(
                         break
                 if duplicate:
                     continue
-                f_change = add_gpu_terms(-1, j, model, mode, ct, static_a[base + j], mix_w, mix_i, mix_shape, loc, S, H)
-                loc[L_MILLI, j] = left - milli_req
-                f_change += add_gpu_terms(1, j, model, mode, ct, static_a[base + j], mix_w, mix_i, mix_shape, loc, S, H)
-                f_after = node_frag(model, cpu_after, mem_after, free_before + f_change, mix_w, mix_i, mix_allowed, S, H)
-                add_gpu_terms(-1, j, model, mode, ct, static_a[base + j], mix_w, mix_i, mix_shape, loc, S, H)
-                loc[L_MILLI, j] = left
-                add_gpu_terms(1, j, model, mode, ct, static_a[base + j], mix_w, mix_i, mix_shape, loc, S, H)
+                f_after = frag_after_change(
+                    j, model, mode, ct, static_a[base + j], left - milli_req, 0, 0, 0, loc[L_ME, j], loc[L_SUSED, j],
+                    cpu_after, mem_after, free_before, mix_w, mix_i, mix_shape, mix_allowed, loc, S, H,
+                )
                 if policy == P_FGD:
                     key = sigmoid_score(frag_before, f_after)
                     better = best_j < 0 or key > best_key
@@ -601,22 +646,19 @@ def schedule(
                         pid = option
                         st = PLACEMENT_START[option] if mode == MODE_STATIC else option
                         if policy == P_GPUPACK:
-                            f_change = add_gpu_terms(-1, j, model, mode, ct, static, mix_w, mix_i, mix_shape, loc, S, H)
-                            old_slices = loc[L_SLICES, j]
-                            old_sused = loc[L_SUSED, j]
                             if mode == MODE_STATIC:
-                                loc[L_SUSED, j] = old_sused | (1 << pid)
+                                new_slices = loc[L_SLICES, j]
+                                new_compute = loc[L_COMPUTE, j]
+                                new_sused = loc[L_SUSED, j] | (1 << pid)
                             else:
-                                loc[L_SLICES, j] = old_slices | (((1 << size) - 1) << st)
-                                loc[L_COMPUTE, j] += c
-                            f_change += add_gpu_terms(1, j, model, mode, ct, static, mix_w, mix_i, mix_shape, loc, S, H)
-                            f_after = node_frag(model, cpu_after, mem_after, running_free + f_change, mix_w, mix_i, mix_allowed, S, H)
-                            add_gpu_terms(-1, j, model, mode, ct, static, mix_w, mix_i, mix_shape, loc, S, H)
-                            loc[L_SLICES, j] = old_slices
-                            loc[L_SUSED, j] = old_sused
-                            if mode != MODE_STATIC:
-                                loc[L_COMPUTE, j] -= c
-                            add_gpu_terms(1, j, model, mode, ct, static, mix_w, mix_i, mix_shape, loc, S, H)
+                                new_slices = loc[L_SLICES, j] | (((1 << size) - 1) << st)
+                                new_compute = loc[L_COMPUTE, j] + c
+                                new_sused = loc[L_SUSED, j]
+                            f_after = frag_after_change(
+                                j, model, mode, ct, static, loc[L_MILLI, j], loc[L_WHOLE, j], new_slices, new_compute,
+                                loc[L_ME, j] | need_me, new_sused,
+                                cpu_after, mem_after, running_free, mix_w, mix_i, mix_shape, mix_allowed, loc, S, H,
+                            )
                             key = -f_after
                             better = (
                                 best_j < 0 or key > best_key

@@ -131,9 +131,11 @@ class LearnedMix(WorkloadMix):
         coverage: float = 0.95,
         refresh_every: int = 64,
         gpu_weight: float = 0.0,
+        with_memory: bool = False,
     ) -> None:
         super().__init__([], [])
         self._gpu_weight = gpu_weight
+        self._with_memory = with_memory
         self._decay = 0.5 ** (1.0 / half_life)
         self._scale = 1.0  # weights are stored divided by the accumulated decay
         self._counts: dict[TaskType, float] = {t: prior_weight / max(len(prior), 1) for t in prior}
@@ -145,7 +147,7 @@ class LearnedMix(WorkloadMix):
     def observe(self, request: PodRequest) -> None:
         """Count one request; the kernel view is refreshed every `refresh_every` observations."""
         self._scale /= self._decay
-        key = TaskType.of(request)
+        key = TaskType.of(request, with_memory=self._with_memory)
         weight = 1.0 + self._gpu_weight * (request.gpus if request.kind == Kind.WHOLE else 0)
         self._counts[key] = self._counts.get(key, 0.0) + weight * self._scale
         if self._scale > 1e100:

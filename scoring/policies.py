@@ -56,6 +56,7 @@ class GpupackArgs(BaseModel):
     mix_coverage: float = Field(0.95, gt=0, le=1, description="share of the mix kept as typical types")
     mix_prior_weight: float = Field(1.0, ge=0, description="pseudo-requests spread over the prior shapes")
     mix_gpu_weight: float = Field(0.0, ge=0, description="extra weight per whole GPU a request asks for")
+    mix_with_memory: bool = Field(False, description="tell task types apart by memory request too")
 
 
 @dataclass
@@ -97,6 +98,7 @@ def gpupack(args: GpupackArgs | None = None) -> PolicySpec:
         half_life=args.mix_half_life,
         coverage=args.mix_coverage,
         gpu_weight=args.mix_gpu_weight,
+        with_memory=args.mix_with_memory,
     )
     return PolicySpec("gpupack", k.P_GPUPACK, params, mix, TieBreak.FIXED, learns=True)
 

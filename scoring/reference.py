@@ -118,9 +118,7 @@ def read_node(inventory: Inventory, row: int) -> Node:
         )
         for j in range(count)
     )
-    links = tuple(
-        tuple(int(inv.gpu_link[(base + a) * MAX_GPUS + b]) for b in range(count)) for a in range(count)
-    )
+    links = tuple(tuple(int(inv.gpu_link[(base + a) * MAX_GPUS + b]) for b in range(count)) for a in range(count))
     return Node(
         row=row,
         cpu_free=int(inv.node_cpu_free[row]),
@@ -239,9 +237,7 @@ def type_terms(node: Node, gpu: Gpu, entry: MixEntry) -> tuple[int, int]:
     return 0, 0
 
 
-def fragmentation(
-    node: Node, gpus: Sequence[Gpu], cpu_free: int, mem_free: int, mix: list[MixEntry]
-) -> float:
+def fragmentation(node: Node, gpus: Sequence[Gpu], cpu_free: int, mem_free: int, mix: list[MixEntry]) -> float:
     """Expected fragmentation (FGD, ATC'23) of a node whose GPUs are `gpus`, computed from scratch.
 
     For each task type: if the node could host it (model allowed, CPU and memory free, enough
@@ -255,12 +251,7 @@ def fragmentation(
             continue
         task = entry.task
         frag = free
-        if (
-            task.kind != Kind.NONE
-            and entry.allowed
-            and cpu_free >= task.cpu_milli
-            and mem_free >= task.memory_bytes
-        ):
+        if task.kind != Kind.NONE and entry.allowed and cpu_free >= task.cpu_milli and mem_free >= task.memory_bytes:
             terms = [type_terms(node, gpu, entry) for gpu in gpus]
             hosts = sum(host for _, host in terms)
             need = task.gpus if task.kind == Kind.WHOLE else 1
@@ -384,9 +375,7 @@ def evaluate(node: Node, ctx: _Context, noise: float) -> Outcome:
         elif policy in (k.P_FIRSTFIT, k.P_KUBE):
             pick = hosts[0]
         elif policy == k.P_FGD:  # the highest FGD score, lowest index on ties
-            pick = min(
-                hosts, key=lambda j: (-fgd_score(frag_before, frag(shared(j), cpu_after, mem_after)), j)
-            )
+            pick = min(hosts, key=lambda j: (-fgd_score(frag_before, frag(shared(j), cpu_after, mem_after)), j))
             fgd = fgd_score(frag_before, frag(shared(pick), cpu_after, mem_after))
         elif policy == k.P_GPUPACK:  # least fragmentation, then the tightest GPU, then lowest index
             pick = min(hosts, key=lambda j: (frag(shared(j), cpu_after, mem_after), before[j].milli, j))
@@ -479,7 +468,11 @@ def node_score(
     demand_milli = (free_before - free_after) / MILLI_UNIT
     left_milli = free_before / MILLI_UNIT
     if policy == k.P_GPUPACK:
-        score = -params[k.W_FRAG] * (frag_after - frag_before) / UNIT
+        # expected fragmentation added, in GPUs, optionally rounded to a step of FRAG_STEP GPUs
+        growth = (frag_after - frag_before) / UNIT
+        if params[k.FRAG_STEP] > 0.0:
+            growth = math.floor(growth / params[k.FRAG_STEP] + 0.5) * params[k.FRAG_STEP]
+        score = -params[k.W_FRAG] * growth
         used_fraction = 0.0 if node.count == 0 else 1.0 - free_after / (node.count * UNIT)
         score += params[k.W_PACK] * used_fraction
         if kind == Kind.WHOLE and request.gpus > 1:
@@ -562,8 +555,7 @@ def reference_decide(
     in_candidates = set(candidates) if candidates is not None else None
     mask = np.array(
         [
-            bool(inventory.node_active[row])
-            and (in_candidates is None or inventory.names[row] in in_candidates)
+            bool(inventory.node_active[row]) and (in_candidates is None or inventory.names[row] in in_candidates)
             for row in range(n)
         ],
         dtype=np.bool_,
@@ -572,9 +564,7 @@ def reference_decide(
     noise = np.zeros(n, dtype=np.float64) if noise is None else noise
     nodes = {row: read_node(inventory, row) for row in range(n) if mask[row]}
 
-    prices = [
-        node.price / node.count for node in nodes.values() if node.count > 0 and not math.isnan(node.price)
-    ]
+    prices = [node.price / node.count for node in nodes.values() if node.count > 0 and not math.isnan(node.price)]
     memories = [node.memory_mib for node in nodes.values() if node.count > 0]
     types, weights = policy.mix.current()
     ctx = _Context(
@@ -597,11 +587,7 @@ def reference_decide(
         if outcome.verdict != k.OK:
             continue
         scores[row] = outcome.score
-        if (
-            best is None
-            or outcome.score > scores[best]
-            or (outcome.score == scores[best] and rank[row] < rank[best])
-        ):
+        if best is None or outcome.score > scores[best] or (outcome.score == scores[best] and rank[row] < rank[best]):
             best, best_outcome = row, outcome
 
     placement = None

@@ -74,9 +74,7 @@ def test_list_order_does_not_matter_before_sync() -> None:
 
 
 def test_assignment_naming_another_node_is_placed_first_fit_on_the_bound_node() -> None:
-    forged = pod(
-        "forged", gpus=1, node_name="l4-od-0", assignment={"node": "l4-spot-1", "gpus": [{"index": 0}]}
-    )
+    forged = pod("forged", gpus=1, node_name="l4-od-0", assignment={"node": "l4-spot-1", "gpus": [{"index": 0}]})
     state = example_state([forged])
     record = state._pods["uid-default-forged"]
     assert record.claimed is None and record.how == "first-fit"
@@ -90,9 +88,7 @@ def test_assignment_naming_another_node_is_placed_first_fit_on_the_bound_node() 
 def test_assignment_claiming_a_gpu_in_use_never_double_books_or_frees() -> None:
     before = example_state().snapshot().gpus_allocated
     # llama-pretrain-3-worker-0 holds GPUs 4-7 of h100-spot-0
-    forged = pod(
-        "forged", gpus=1, node_name="h100-spot-0", assignment={"node": "h100-spot-0", "gpus": [{"index": 5}]}
-    )
+    forged = pod("forged", gpus=1, node_name="h100-spot-0", assignment={"node": "h100-spot-0", "gpus": [{"index": 5}]})
     state = example_state([forged])
     record = state._pods["uid-default-forged"]
     assert record.how == "first-fit" and record.placement.slots[0].index not in (4, 5, 6, 7)

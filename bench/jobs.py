@@ -1,0 +1,170 @@
+"""The bench's independent simulation runs: one (scenario, variant, policy, seed) each.
+
+Jobs are small frozen dataclasses, so a process pool can ship them to workers; `run_job` runs one and
+returns a JSON-ready dict (the run as `gpupack simulate --json` reports it, plus scenario metrics).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench import metrics
+from bench.load import load_nodes, load_pods
+from bench.protocol import fgd_order
+from bench.scenarios import STATIC_BALANCED, ClusterSpec, cost_cluster, mig_cluster, nvlink_cluster
+from bench.simulate import make_policy, requested_gpus, run_once, share_to_mig
+from bench.workload import Trace, TracePod, gpu_milli_capacity
+from scoring.facts import MigMode, NodeFacts
+
+NODE_LIST = "openb_node_list_gpu_node.csv"
+GRID_SAMPLE = 32  # GPUs shown in the MIG occupancy picture
+
+
+def pod_file(trace: str) -> str:
+    """The openb pod list of a trace variant (`default`, `cpu050`, ...)."""
+    return f"openb_pod_list_{trace}.csv"
+
+
+@functools.cache
+def _pods(path: str) -> tuple[TracePod, ...]:
+    return tuple(load_pods(path))
+
+
+@functools.cache
+def _nodes(path: str) -> tuple[NodeFacts, ...]:
+    return tuple(load_nodes(path))
+
+
+def prefix_to_arrived(order: list[TracePod], nodes: list[NodeFacts], pct: float) -> list[TracePod]:
+    """The shortest prefix of `order` whose arrived GPU demand reaches `pct` % of the cluster's GPUs.
+
+    `run_once` reads the allocation at that pod, so a run cut there reports the same value at `pct`.
+    """
+    capacity = sum(node.gpu_count for node in nodes)
+    arrived = 0.0
+    for i, pod in enumerate(order):
+        arrived += requested_gpus(pod.request)
+        if 100.0 * arrived / capacity >= pct:
+            return order[: i + 1]
+    return order
+
+
+def _base(job: object, result: object, extra: dict[str, object]) -> dict[str, object]:
+    out = {**vars(job), "run": result.to_json(with_placements=False), **extra}  # type: ignore[attr-defined]
+    out.pop("traces_dir", None)
+    return out
+
+
+@dataclass(frozen=True)
+class OpenbJob:
+    """One policy, one seed on an openb trace, fgd protocol; `stop_at_100` cuts the run at arrived 100 %."""
+
+    traces_dir: str
+    trace: str
+    policy: str
+    seed: int
+    node_limit: int | None = None
+    stop_at_100: bool = False
+    scenario: str = "openb"
+
+    def run(self) -> dict[str, object]:
+        nodes = list(_nodes(str(Path(self.traces_dir) / NODE_LIST)))[: self.node_limit]
+        pods = list(_pods(str(Path(self.traces_dir) / pod_file(self.trace))))
+        order = fgd_order(pods, gpu_milli_capacity(nodes), self.seed)
+        if self.stop_at_100:
+            order = prefix_to_arrived(order, nodes, 100.0)
+        result = run_once(Trace(nodes, pods), order, make_policy(self.policy, pods), self.seed)
+        return _base(self, result, {"gpus_total": sum(n.gpu_count for n in nodes)})
+
+
+@dataclass(frozen=True)
+class MigJob:
+    """The openb default trace with shares as MIG profiles on the MIG cluster (dynamic or static-balanced)."""
+
+    traces_dir: str
+    label: str  # how the report names this run
+    variant: str  # "dynamic" | "static-balanced"
+    policy: str
+    seed: int
+    scale: float = 1.0
+    grid: bool = False
+    scenario: str = "mig"
+
+    def cluster(self) -> ClusterSpec:
+        spec = mig_cluster().scaled(self.scale)
+        return spec.with_mig(MigMode.STATIC, STATIC_BALANCED) if self.variant == "static-balanced" else spec
+
+    def run(self) -> dict[str, object]:
+        nodes = self.cluster().build()
+        pods = list(_pods(str(Path(self.traces_dir) / pod_file("default"))))
+        # order by the shares' milli demand (as the protocol defines it), then turn shares into profiles
+        order = [as_mig(p) for p in fgd_order(pods, gpu_milli_capacity(nodes), self.seed)]
+        converted = [as_mig(p) for p in pods]
+        result = run_once(
+            Trace(nodes, converted), order, make_policy(self.policy, converted), self.seed, keep_placements=self.grid
+        )
+        assert result.inventory is not None
+        extra: dict[str, object] = {
+            "gpus_total": len([0 for _ in metrics.gpu_states(result.inventory)]),
+            "failed_by_profile": metrics.failed_profiles(result.failed_by_kind),
+            "stranding": metrics.stranded_gpus(result.inventory, result.failed_by_kind).to_json(),
+        }
+        if self.grid:
+            extra["occupancy"] = metrics.occupancy_grid(result.inventory, result.placements.values(), GRID_SAMPLE)
+        return _base(self, result, extra)
+
+
+def as_mig(pod: TracePod) -> TracePod:
+    """The pod with its share turned into a MIG profile (`--mig dynamic`), CPU and memory kept."""
+    return TracePod(pod.name, share_to_mig(pod.request), pod.qos)
+
+
+@dataclass(frozen=True)
+class NvlinkJob:
+    """openb multigpu20 on the NVLink cluster; tracks the NVLink quality of multi-GPU sets."""
+
+    traces_dir: str
+    policy: str
+    seed: int
+    scale: float = 1.0
+    scenario: str = "nvlink"
+
+    def run(self) -> dict[str, object]:
+        nodes = nvlink_cluster().scaled(self.scale).build()
+        pods = list(_pods(str(Path(self.traces_dir) / pod_file("multigpu20"))))
+        order = fgd_order(pods, gpu_milli_capacity(nodes), self.seed)
+        tracker = metrics.LinkTracker()
+        result = run_once(Trace(nodes, pods), order, make_policy(self.policy, pods), self.seed, on_decision=tracker)
+        return _base(self, result, {"gpus_total": sum(n.gpu_count for n in nodes), "links": tracker.to_json()})
+
+
+@dataclass(frozen=True)
+class CostJob:
+    """openb default pods (BE = interruptible) on on-demand + spot nodes, one pass to `ratio` x capacity."""
+
+    traces_dir: str
+    policy: str
+    seed: int
+    ratio: float = 1.0
+    scale: float = 1.0
+    scenario: str = "cost"
+
+    def run(self) -> dict[str, object]:
+        nodes = cost_cluster().scaled(self.scale).build()
+        pods = list(_pods(str(Path(self.traces_dir) / pod_file("default"))))
+        order = fgd_order(pods, gpu_milli_capacity(nodes), self.seed, self.ratio)
+        result = run_once(Trace(nodes, pods), order, make_policy(self.policy, pods), self.seed, keep_placements=True)
+        assert result.inventory is not None
+        by_name = {pod.name: pod for pod in order}
+        costs = metrics.cost_metrics(result.inventory, result.placements, by_name)
+        return _base(self, result, {"gpus_total": sum(n.gpu_count for n in nodes), "cost": costs})
+
+
+Job = OpenbJob | MigJob | NvlinkJob | CostJob
+
+
+def run_job(job: Job) -> dict[str, object]:
+    """Run one job (the process pool's target)."""
+    return job.run()

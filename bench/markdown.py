@@ -1,0 +1,67 @@
+"""Markdown pieces of the bench report: tables kept as data (so results.json holds every number shown)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+Cell = str | int | float | None
+
+README_START = "<!-- bench:openb:start -->"
+README_END = "<!-- bench:openb:end -->"
+
+
+@dataclass
+class Table:
+    """A report table: column names and rows of cells; rendered as-is, saved as-is."""
+
+    columns: list[str]
+    rows: list[list[Cell]] = field(default_factory=list)
+
+    def add(self, *cells: Cell) -> None:
+        """Append one row."""
+        if len(cells) != len(self.columns):
+            raise ValueError(f"row of {len(cells)} cells for {len(self.columns)} columns")
+        self.rows.append(list(cells))
+
+    def markdown(self) -> str:
+        """The table in GitHub markdown; numbers right-aligned, None as an em dash."""
+        numeric = [
+            all(isinstance(row[i], int | float) or row[i] is None for row in self.rows)
+            for i in range(len(self.columns))
+        ]
+        lines = [
+            "| " + " | ".join(self.columns) + " |",
+            "|" + "|".join("---:" if n else "---" for n in numeric) + "|",
+        ]
+        lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in self.rows]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, object]:
+        return {"columns": self.columns, "rows": self.rows}
+
+
+def _cell(value: Cell) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def update_readme(readme: Path, block: str) -> bool:
+    """Replace the text between the bench markers of `readme` with `block`; False when markers are missing."""
+    text = readme.read_text(encoding="utf-8")
+    pattern = re.compile(re.escape(README_START) + r".*?" + re.escape(README_END), re.DOTALL)
+    if not pattern.search(text):
+        return False
+    replacement = f"{README_START}\n{block.strip()}\n{README_END}"
+    readme.write_text(pattern.sub(lambda _: replacement, text, count=1), encoding="utf-8")
+    return True
+
+
+def bullet_list(items: Sequence[str]) -> str:
+    """Markdown bullets, or a single line saying there is nothing to list."""
+    return "\n".join(f"- {item}" for item in items) if items else "- (none)"

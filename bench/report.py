@@ -1,0 +1,290 @@
+"""`gpupack bench [--quick] [--out DIR]`: the standard comparison, written to DIR/REPORT.md + PNGs + results.json.
+
+Scenarios (details in the report itself): openb (all policies x the five traces, fgd protocol), MIG (a
+mixed H100/A100/A30 cluster in dynamic MIG mode against static all-balanced partitions), NVLink (NVSwitch,
+hybrid cube-mesh and bridged PCIe nodes), cost (on-demand + spot), speed (kernel and HTTP filter).
+Simulation runs are independent jobs spread over a process pool (2 workers: one per core of the bench
+machine); the speed benchmarks run afterwards, alone.
+
+The openb trace is read from ../shared/traces/openb/ (or $GPUPACK_OPENB_TRACES).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import multiprocessing
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import orjson
+
+from bench import speed
+from bench.jobs import CostJob, Job, MigJob, NvlinkJob, OpenbJob, run_job
+from bench.markdown import update_readme
+from bench.report_text import render
+from bench.scenarios import cost_cluster, mig_cluster, nvlink_cluster
+from bench.sections import (
+    cost_section,
+    mig_section,
+    nvlink_section,
+    openb_section,
+    readme_block,
+    speed_section,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES_ENV = "GPUPACK_OPENB_TRACES"
+
+OPENB_TRACES = ("default", "cpu050", "gpushare40", "gpuspec10", "multigpu20")
+OPENB_POLICIES = (
+    "gpupack",
+    "fgd",
+    "best-fit",
+    "gpu-packing",
+    "gpu-clustering",
+    "dot-product",
+    "random",
+    "kube-default",
+    "first-fit",
+)
+# MIG runs: (report label, cluster variant, policy)
+MIG_RUNS = (
+    ("gpupack", "dynamic", "gpupack"),
+    ("first-fit", "dynamic", "first-fit"),
+    ("best-fit", "dynamic", "best-fit"),
+    ("static-balanced (best-fit)", "static-balanced", "best-fit"),
+    ("kube-default", "dynamic", "kube-default"),
+)
+GRID_LABELS = ("gpupack", "first-fit")
+NVLINK_POLICIES = ("gpupack", "kube-default", "kube-default+besteffort", "best-fit")
+COST_POLICIES = ("gpupack", "kube-default", "best-fit")
+SLOW_POLICIES = ("gpupack", "fgd")  # scheduled first so the pool ends evenly
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What one bench run covers."""
+
+    label: str
+    traces_dir: str
+    openb_traces: tuple[str, ...] = OPENB_TRACES
+    openb_policies: tuple[str, ...] = OPENB_POLICIES
+    openb_seeds: tuple[int, ...] = tuple(range(42, 52))
+    openb_node_limit: int | None = None  # first N nodes of the openb node list (tiny runs)
+    scenario_seeds: tuple[int, ...] = (42, 43, 44)
+    scale: float = 1.0  # node counts of the MIG / NVLink / cost clusters
+    cost_ratios: tuple[float, ...] = (1.0, 0.6)
+    kernel_nodes: tuple[int, ...] = (1000, 5000, 10000)
+    kernel_calls: int = 50
+    reference_calls: int = 5  # at 1,000 nodes; proportionally fewer on larger clusters
+    http_nodes: tuple[int, ...] = (1000, 5000)
+    http_requests: int = 300
+    workers: int = 2
+    update_readme: bool = False
+
+
+def default_traces_dir() -> Path:
+    """$GPUPACK_OPENB_TRACES, else ../shared/traces/openb next to the repository."""
+    return Path(os.environ.get(TRACES_ENV) or ROOT.parent / "shared" / "traces" / "openb")
+
+
+def full_config(traces_dir: Path) -> BenchConfig:
+    """Everything the issue asks for: seeds 42-51 on openb, full-size scenario clusters."""
+    return BenchConfig("full", str(traces_dir), update_readme=True)
+
+
+def quick_config(traces_dir: Path) -> BenchConfig:
+    """CI-adjacent: openb default trace, 2 seeds, 4 policies; half-size scenario clusters, one seed."""
+    return BenchConfig(
+        "quick",
+        str(traces_dir),
+        openb_traces=("default",),
+        openb_policies=("gpupack", "fgd", "best-fit", "random"),
+        openb_seeds=(42, 43),
+        scenario_seeds=(42,),
+        scale=0.5,
+        kernel_calls=20,
+        reference_calls=2,
+        http_requests=100,
+    )
+
+
+def tiny_config(traces_dir: Path) -> BenchConfig:
+    """A few nodes and pods per scenario (the test of the report machinery)."""
+    return BenchConfig(
+        "tiny",
+        str(traces_dir),
+        openb_traces=("default", "multigpu20"),
+        openb_policies=("gpupack", "fgd", "best-fit"),
+        openb_seeds=(42, 43),
+        openb_node_limit=12,
+        scenario_seeds=(42,),
+        scale=0.02,
+        cost_ratios=(1.0, 0.6),
+        kernel_nodes=(20, 40),
+        kernel_calls=3,
+        reference_calls=20,
+        http_nodes=(20,),
+        http_requests=5,
+    )
+
+
+# ----------------------------------------------------------------------------- jobs
+def build_jobs(config: BenchConfig) -> list[Job]:
+    """Every simulation run of the bench, the slow policies first."""
+    t = config.traces_dir
+    first = config.openb_seeds[0]
+    jobs: list[Job] = [
+        OpenbJob(t, trace, policy, seed, config.openb_node_limit, stop_at_100=seed != first)
+        for trace in config.openb_traces
+        for policy in config.openb_policies
+        for seed in config.openb_seeds
+    ]
+    s0 = config.scenario_seeds[0]
+    for seed in config.scenario_seeds:
+        jobs += [
+            MigJob(t, label, variant, policy, seed, config.scale, grid=seed == s0 and label in GRID_LABELS)
+            for label, variant, policy in MIG_RUNS
+        ]
+        jobs += [NvlinkJob(t, policy, seed, config.scale) for policy in NVLINK_POLICIES]
+        jobs += [
+            CostJob(t, policy, seed, ratio, config.scale) for ratio in config.cost_ratios for policy in COST_POLICIES
+        ]
+    return sorted(jobs, key=lambda j: (j.policy not in SLOW_POLICIES, j.scenario != "openb"))
+
+
+def run_jobs(
+    jobs: Sequence[Job], workers: int, progress: Callable[[int, int], None] | None = None
+) -> list[dict[str, object]]:
+    """Run every job, in a process pool of `workers` (inline when 1); results in job order."""
+    if workers <= 1:
+        results = []
+        for i, job in enumerate(jobs):
+            results.append(run_job(job))
+            if progress:
+                progress(i + 1, len(jobs))
+        return results
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = [pool.submit(run_job, job) for job in jobs]
+        results = []
+        for i, future in enumerate(futures):
+            results.append(future.result())
+            if progress:
+                progress(i + 1, len(jobs))
+        return results
+
+
+# ----------------------------------------------------------------------------- machine
+def machine() -> dict[str, object]:
+    """CPU model, cores, RAM, Python, date and git commit of this run."""
+    cpu = "unknown"
+    ram_gib = None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                ram_gib = round(int(line.split()[1]) / (1 << 20), 1)
+    except OSError:
+        pass
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown"
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "ram_gib": ram_gib,
+        "python": platform.python_version(),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit,
+    }
+
+
+# ----------------------------------------------------------------------------- the run
+def run(args: argparse.Namespace) -> int:
+    """`gpupack bench`: run the full (or --quick) bench and write the report; exit code."""
+    traces = default_traces_dir()
+    if not (traces / "openb_node_list_gpu_node.csv").is_file():
+        print(f"gpupack bench: openb trace not found in {traces} (set {TRACES_ENV})", file=sys.stderr)
+        return 2
+    config = quick_config(traces) if args.quick else full_config(traces)
+    out = Path(args.out)
+    started = time.perf_counter()
+    run_report(config, out, log=lambda text: print(text, file=sys.stderr, flush=True))
+    print(f"gpupack bench ({config.label}): {out / 'REPORT.md'} in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+def run_report(config: BenchConfig, out: Path, log: Callable[[str], None] = lambda _: None) -> dict[str, object]:
+    """Run `config`, write out/REPORT.md, out/results.json and the PNGs; returns the results."""
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    jobs = build_jobs(config)
+    log(f"bench {config.label}: {len(jobs)} simulation runs on {config.workers} workers")
+    results = run_jobs(jobs, config.workers, lambda done, total: log(f"  runs done: {done}/{total}"))
+    sim_seconds = time.perf_counter() - started
+    by_scenario: dict[str, list[dict[str, object]]] = {}
+    for r in results:
+        by_scenario.setdefault(str(r["scenario"]), []).append(r)
+    sections = {
+        "openb": openb_section(by_scenario.get("openb", []), config.openb_traces, config.openb_policies, out),
+        "mig": mig_section(by_scenario.get("mig", []), [label for label, _, _ in MIG_RUNS], out),
+        "nvlink": nvlink_section(by_scenario.get("nvlink", []), NVLINK_POLICIES, out),
+        "cost": cost_section(by_scenario.get("cost", []), COST_POLICIES, config.cost_ratios, out),
+    }
+    log("speed: kernel")
+    speed_started = time.perf_counter()
+    kernel = speed.kernel_times(config.kernel_nodes, config.kernel_calls, config.reference_calls)
+    log("speed: HTTP")
+    http = speed.http_latency(config.http_nodes, config.http_requests)
+    sections["speed"] = speed_section(kernel, http, out)
+    info = machine()
+    info.update(
+        {
+            "simulation_seconds": round(sim_seconds, 1),
+            "speed_seconds": round(time.perf_counter() - speed_started, 1),
+            "total_seconds": round(time.perf_counter() - started, 1),
+        }
+    )
+    clusters = {
+        "mig": mig_cluster().scaled(config.scale).describe(),
+        "nvlink": nvlink_cluster().scaled(config.scale).describe(),
+        "cost": cost_cluster().scaled(config.scale).describe(),
+    }
+    report = {
+        "config": asdict(config),
+        "machine": info,
+        "clusters": clusters,
+        "sections": {name: s.to_json() for name, s in sections.items()},
+    }
+    (out / "results.json").write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+    (out / "REPORT.md").write_text(render(asdict(config), info, sections, clusters), encoding="utf-8")
+    if config.update_readme:
+        link = _relative_link(out / "REPORT.md")
+        stamp = f"({info['date']}, commit `{str(info['commit'])[:12]}`.)"
+        if not update_readme(ROOT / "README.md", readme_block(sections["openb"], link, stamp)):
+            log("README.md has no bench:openb markers; not updated")
+    log(f"bench {config.label}: done in {info['total_seconds']} s")
+    return report
+
+
+def _relative_link(path: Path) -> str:
+    try:
+        return path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return path.resolve().as_posix()

@@ -1,0 +1,222 @@
+"""Speed: kernel time per pod (numba engine vs plain-Python reference) and extender HTTP filter latency.
+
+Kernel: N nodes x 8 H100-like GPUs with random allocations; one 1-GPU pod decided repeatedly (nothing
+is committed, so every call sees the same inventory).
+HTTP: uvicorn runs in-process in a thread on 127.0.0.1 (ephemeral port) with gpupack's own config; a
+keep-alive `httpx.Client` posts `/filter` bodies of a 1-GPU pod in NodeNames mode (nodeCacheCapable:
+true) and in Nodes mode (the Node objects in the body). Each request is a new pod, so filter reserves one
+GPU per request; the cluster holds 8 GPUs per node, far more than the requests, so it never fills up.
+A bare FastAPI handler that reads the same body and answers a constant is measured alongside.
+"""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from bench.scenarios import H100, TIB, NodeSpec
+from bench.simulate import build_inventory
+from scoring import policies
+from scoring.engine import Engine
+from scoring.facts import GpuSlot, NodeFacts, Placement
+from scoring.inventory import Inventory
+from scoring.reference import reference_decide
+from scoring.request import Kind, PodRequest
+
+POD_REQUEST = PodRequest(4000, 16 << 30, Kind.WHOLE, gpus=1)
+SPEED_POLICIES = ("gpupack", "best-fit")
+
+
+def h100_nodes(count: int) -> list[NodeFacts]:
+    """`count` nodes of 8 H100-like GPUs, 192 cores, 2 TiB."""
+    spec = NodeSpec(H100, count, 8, 192_000, 2 * TIB, prefix="node")
+    return [spec.facts(i) for i in range(count)]
+
+
+def busy_inventory(count: int, seed: int = 7) -> Inventory:
+    """`h100_nodes(count)` with random allocations: 0-7 whole GPUs per node and a share on some others."""
+    inventory = build_inventory(h100_nodes(count))
+    rng = np.random.default_rng(seed)
+    for row in range(count):
+        name = inventory.names[row]
+        assert name is not None
+        whole = int(rng.integers(0, 8))
+        if whole:
+            inventory.commit(Placement(name, tuple(GpuSlot(j) for j in range(whole)), 4000 * whole, (16 << 30) * whole))
+        if whole < 7 and rng.random() < 0.5:
+            inventory.commit(Placement(name, (GpuSlot(whole, milli=int(rng.integers(1, 10)) * 100),), 2000, 8 << 30))
+    return inventory
+
+
+def _mean_ms(call: Callable[[], object], calls: int) -> float:
+    started = time.perf_counter()
+    for _ in range(calls):
+        call()
+    return (time.perf_counter() - started) * 1000.0 / calls
+
+
+def kernel_times(node_counts: Sequence[int], numba_calls: int, reference_calls: int) -> list[dict[str, object]]:
+    """Mean ms per decision of the numba engine and the reference, per node count and policy.
+
+    The reference gets `reference_calls` calls at 1,000 nodes and proportionally fewer (at least one)
+    on larger clusters.
+    """
+    rows: list[dict[str, object]] = []
+    for count in node_counts:
+        inventory = busy_inventory(count)
+        for name in SPEED_POLICIES:
+            spec = policies.gpupack() if name == "gpupack" else policies.baseline(name)
+            engine = Engine(inventory, spec)
+            first = engine.decide(POD_REQUEST)  # compiled already; loads caches
+            numba_ms = _mean_ms(lambda e=engine: e.decide(POD_REQUEST), numba_calls)
+            ref_n = max(1, min(reference_calls, round(reference_calls * 1000 / count)))
+            ref_ms = _mean_ms(lambda s=spec, i=inventory: reference_decide(i, s, POD_REQUEST), ref_n)
+            same = reference_decide(inventory, spec, POD_REQUEST).node == first.node
+            rows.append(
+                {
+                    "nodes": count,
+                    "policy": name,
+                    "numba_ms": round(numba_ms, 3),
+                    "numba_calls": numba_calls,
+                    "reference_ms": round(ref_ms, 1),
+                    "reference_calls": ref_n,
+                    "ratio": round(ref_ms / numba_ms, 1),
+                    "same_choice": same,
+                }
+            )
+    return rows
+
+
+# ----------------------------------------------------------------------------- HTTP
+def bare_app() -> FastAPI:
+    """A FastAPI app whose `/filter` reads the body and answers a constant."""
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+    answer = b'{"NodeNames":[],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'
+
+    @app.post("/filter")
+    async def filter_(request: Request) -> Response:
+        await request.body()
+        return Response(content=answer, media_type="application/json")
+
+    return app
+
+
+@contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """Run `app` under uvicorn (gpupack's config) in a thread on 127.0.0.1:<ephemeral>; yields its URL."""
+    import uvicorn
+
+    from extender.service import uvicorn_config
+    from extender.settings import Settings
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    host, port = sock.getsockname()
+    server = uvicorn.Server(uvicorn_config(app, Settings(host=host, port=port)))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def gpupack_app(node_objects: list[dict[str, Any]]) -> Any:
+    """The extender app over an in-memory cluster of `node_objects` (synced and warmed up)."""
+    from extender.app import create_app
+    from extender.settings import Settings
+    from extender.sources import NodeUpserted, Synced
+    from extender.state import ClusterState
+
+    settings = Settings()
+    state = ClusterState(settings)
+    for obj in node_objects:
+        state.apply(NodeUpserted(obj))
+    state.apply(Synced())
+    state.warm_up()
+    return create_app(state, settings)
+
+
+def pod_object(i: int) -> dict[str, Any]:
+    """A 1-GPU pod, new name and uid per `i`."""
+    resources = {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}
+    return {
+        "metadata": {"name": f"bench-{i}", "namespace": "bench", "uid": f"bench-uid-{i}"},
+        "spec": {"containers": [{"name": "main", "resources": {"requests": resources, "limits": resources}}]},
+    }
+
+
+def _latencies(url: str, bodies: Callable[[int], bytes], requests: int, warmup: int) -> list[float]:
+    import httpx
+
+    times: list[float] = []
+    with httpx.Client(base_url=url, timeout=120, headers={"content-type": "application/json"}) as client:
+        for i in range(warmup + requests):
+            body = bodies(i)
+            started = time.perf_counter()
+            response = client.post("/filter", content=body)
+            elapsed = time.perf_counter() - started
+            if response.status_code != 200 or response.json().get("Error"):
+                raise RuntimeError(f"filter failed: {response.status_code} {response.text[:200]}")
+            if i >= warmup:
+                times.append(elapsed * 1000.0)
+    return times
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100), linear interpolation."""
+    return float(np.percentile(np.asarray(values), q))
+
+
+def http_latency(node_counts: Sequence[int], requests: int, warmup: int = 20) -> list[dict[str, object]]:
+    """p50/p99 ms of `/filter` for gpupack and a bare handler, NodeNames and Nodes mode, per node count."""
+    from bench.scenarios import node_objects
+
+    rows: list[dict[str, object]] = []
+    offset = 0
+    for count in node_counts:
+        objects = node_objects(h100_nodes(count))
+        names_json = orjson.dumps([o["metadata"]["name"] for o in objects])
+        nodes_json = orjson.dumps({"metadata": {}, "items": objects})
+        forms = {
+            "NodeNames": lambda pod, n=names_json: b'{"Pod":' + pod + b',"Nodes":null,"NodeNames":' + n + b"}",
+            "Nodes": lambda pod, n=nodes_json: b'{"Pod":' + pod + b',"NodeNames":null,"Nodes":' + n + b"}",
+        }
+        for server, app in (("gpupack", gpupack_app(objects)), ("bare FastAPI", bare_app())):
+            with serving(app) as url:
+                for form, build in forms.items():
+                    start = offset
+                    times = _latencies(
+                        url, lambda i, b=build, s=start: b(orjson.dumps(pod_object(s + i))), requests, warmup
+                    )
+                    offset += requests + warmup
+                    rows.append(
+                        {
+                            "nodes": count,
+                            "server": server,
+                            "mode": form,
+                            "requests": requests,
+                            "body_kib": round(len(build(orjson.dumps(pod_object(0)))) / 1024, 1),
+                            "p50_ms": round(statistics.median(times), 2),
+                            "p99_ms": round(percentile(times, 99), 2),
+                        }
+                    )
+    return rows

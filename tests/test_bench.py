@@ -1,0 +1,222 @@
+"""The bench: scenario clusters round-trip through Node YAML, metrics, and a tiny end-to-end report."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+import yaml
+
+from bench import metrics
+from bench.jobs import prefix_to_arrived
+from bench.markdown import README_END, README_START, Table, update_readme
+from bench.report import default_traces_dir, run_report, tiny_config
+from bench.scenarios import (
+    BALANCED_80GB,
+    BALANCED_A30,
+    DGX1_LINKS,
+    STATIC_BALANCED,
+    cost_cluster,
+    link_matrix,
+    mig_cluster,
+    nvlink_cluster,
+    to_node_yaml,
+)
+from bench.simulate import build_inventory
+from bench.workload import TracePod
+from extender.node_facts import facts_from_node
+from scoring.engine import Decision
+from scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
+from scoring.request import Kind, PodRequest
+
+OPENB = default_traces_dir()
+needs_trace = pytest.mark.skipif(not OPENB.is_dir(), reason=f"openb trace not found at {OPENB}")
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+# ----------------------------------------------------------------------------- scenarios
+@pytest.mark.parametrize(
+    "spec",
+    [
+        mig_cluster(),
+        mig_cluster().with_mig(MigMode.STATIC, STATIC_BALANCED),
+        nvlink_cluster(),
+        cost_cluster(),
+    ],
+    ids=["mig-dynamic", "mig-static", "nvlink", "cost"],
+)
+def test_node_yaml_round_trips_to_equal_facts(spec, tmp_path: Path) -> None:
+    nodes = spec.scaled(0.03).build()
+    items = yaml.safe_load(to_node_yaml(nodes))["items"]
+    assert [facts_from_node(item) for item in items] == nodes
+    path = tmp_path / "nodes.yaml"
+    path.write_text(to_node_yaml(nodes))
+    from bench.load import load_nodes
+
+    assert load_nodes(path) == nodes  # what `gpupack simulate --nodes` reads
+
+
+def test_full_clusters_have_the_specified_sizes() -> None:
+    mig = mig_cluster()
+    assert 760 <= mig.node_count <= 800
+    assert {g.mig for g in mig.groups} == {MigMode.DYNAMIC}
+    build_inventory(mig.with_mig(MigMode.STATIC, STATIC_BALANCED).build())  # layouts are valid
+    prices = {(g.product, g.spot): g.hourly_cost for g in cost_cluster().groups}
+    for (product, spot), price in prices.items():
+        if spot:
+            assert 0.3 <= price / prices[(product, False)] <= 0.4
+
+
+def test_balanced_layouts_fill_every_compute_slice() -> None:
+    assert sum(int(p[0]) for p, _ in BALANCED_80GB) == 7
+    assert sorted(p for p, _ in BALANCED_80GB) == ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]
+    assert sorted(p for p, _ in BALANCED_A30) == ["1g.6gb", "1g.6gb", "2g.12gb"]
+
+
+def test_dgx1_matrix_is_symmetric_with_four_links_per_gpu() -> None:
+    matrix = link_matrix(8, DGX1_LINKS)
+    assert all(matrix[a][b] == matrix[b][a] for a in range(8) for b in range(8))
+    assert all(sum(1 for x in row if x) == 4 for row in matrix)
+
+
+# ----------------------------------------------------------------------------- metrics
+def _mig_node(mode: MigMode, layout: dict[int, tuple[tuple[str, int], ...]] | None = None) -> NodeFacts:
+    return NodeFacts("m", 64_000, 1 << 40, 110, "NVIDIA-H100-80GB-HBM3", 2, mig_mode=mode, mig_layout=layout or {})
+
+
+def test_stranded_counts_gpus_whose_free_slices_fit_no_failed_profile() -> None:
+    inventory = build_inventory([_mig_node(MigMode.DYNAMIC)])
+    # GPU 0: a 4g at 0 leaves slices 4-7 and 3 compute slices: a 3g.40gb fits, a 4g.40gb does not
+    inventory.commit(Placement("m", (GpuSlot(0, mig="4g.40gb", start=0),)))
+    assert metrics.stranded_gpus(inventory, {"mig-4g.40gb": 2}).stranded == 1  # GPU 1 is untouched: fits
+    assert metrics.stranded_gpus(inventory, {"mig-3g.40gb": 1}).stranded == 0
+    inventory.commit(Placement("m", (GpuSlot(1, mig="1g.10gb", start=6),)))
+    result = metrics.stranded_gpus(inventory, {"mig-7g.80gb": 1, "gpu-1": 3})
+    assert (result.gpus, result.with_free, result.stranded) == (2, 2, 2)
+
+
+def test_stranded_on_static_layouts_reads_free_instances() -> None:
+    layout = {0: BALANCED_80GB, 1: BALANCED_80GB}
+    inventory = build_inventory([_mig_node(MigMode.STATIC, layout)])
+    assert metrics.stranded_gpus(inventory, {"mig-1g.10gb": 1}).stranded == 0
+    assert metrics.stranded_gpus(inventory, {"mig-4g.40gb": 1}).stranded == 2
+
+
+def test_occupancy_grid_labels_slices() -> None:
+    inventory = build_inventory([_mig_node(MigMode.DYNAMIC)])
+    placements = [
+        Placement("m", (GpuSlot(0, mig="3g.40gb", start=4),)),
+        Placement("m", (GpuSlot(0, mig="1g.10gb", start=0),)),
+        Placement("m", (GpuSlot(1),)),
+    ]
+    for p in placements:
+        inventory.commit(p)
+    grid = metrics.occupancy_grid(inventory, placements, sample=8)
+    assert grid[0] == ["1g.10gb", "free", "free", "free", "3g.40gb", "3g.40gb", "3g.40gb", "3g.40gb"]
+    assert grid[1] == [metrics.WHOLE] * 8
+
+
+def test_link_tracker_compares_with_the_best_free_set() -> None:
+    node = NodeFacts("v", 64_000, 1 << 40, 110, "Tesla-V100-SXM2-32GB", 8, nvlink=link_matrix(8, DGX1_LINKS))
+    inventory = build_inventory([node])
+    tracker = metrics.LinkTracker()
+    pod = TracePod("p", PodRequest(1000, 1 << 30, Kind.WHOLE, gpus=2))
+    nothing = np.zeros(0)
+    for gpus in ((0, 3), (0, 1)):  # 2 links (the best pair) then 1 link
+        decision = Decision(Placement("v", tuple(GpuSlot(j) for j in gpus)), nothing, nothing, nothing, [])
+        tracker(pod, decision, inventory)
+    result = tracker.to_json()
+    assert result["multi_gpu_pods"] == 2
+    assert result["all_nvlinked_pct"] == 100.0
+    assert result["mean_link_score_vs_best_pct"] == round(100 * (1 + 120 / 220) / 2, 2)
+
+
+def test_cost_metrics_count_busy_nodes_and_spot_use() -> None:
+    nodes = cost_cluster().scaled(0.01).build()[:2]  # one H100 on-demand, one H100 spot
+    inventory = build_inventory(nodes)
+    firm = TracePod("firm", PodRequest(1000, 1 << 30, Kind.WHOLE, gpus=1))
+    flexible = TracePod("flex", PodRequest(1000, 1 << 30, Kind.WHOLE, gpus=2, interruptible=True))
+    placements = {
+        "firm": Placement(nodes[1].name, (GpuSlot(0),), 1000, 1 << 30),
+        "flex": Placement(nodes[1].name, (GpuSlot(1), GpuSlot(2)), 1000, 1 << 30),
+    }
+    for p in placements.values():
+        inventory.commit(p)
+    out = metrics.cost_metrics(inventory, placements, {"firm": firm, "flex": flexible})
+    assert out["busy_nodes"] == 1
+    assert out["busy_node_cost_per_hour"] == nodes[1].hourly_cost
+    assert out["non_interruptible_pods_on_spot_pct"] == 100.0
+    assert out["interruptible_gpu_demand_on_spot_pct"] == 100.0
+
+
+def test_prefix_to_arrived_stops_at_the_first_pod_reaching_the_target() -> None:
+    node = NodeFacts("n", 64_000, 1 << 40, 110, "G2", 4)
+    pods = [TracePod(f"p{i}", PodRequest(1000, 1 << 30, Kind.WHOLE, gpus=1)) for i in range(8)]
+    assert len(prefix_to_arrived(pods, [node], 100.0)) == 4
+    assert len(prefix_to_arrived(pods[:2], [node], 100.0)) == 2
+
+
+# ----------------------------------------------------------------------------- markdown
+def test_update_readme_replaces_only_the_marked_block(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(f"before\n{README_START}\nold\n{README_END}\nafter\n")
+    assert update_readme(readme, "new table")
+    assert readme.read_text() == f"before\n{README_START}\nnew table\n{README_END}\nafter\n"
+    (tmp_path / "other.md").write_text("no markers")
+    assert not update_readme(tmp_path / "other.md", "x")
+
+
+def test_table_rejects_ragged_rows() -> None:
+    table = Table(["a", "b"])
+    with pytest.raises(ValueError):
+        table.add(1)
+
+
+# ----------------------------------------------------------------------------- the report
+def _json_numbers(value: object, out: set[float]) -> set[float]:
+    if isinstance(value, bool):
+        return out
+    if isinstance(value, int | float):
+        out.add(round(float(value), 6))
+    elif isinstance(value, dict):
+        for item in value.values():
+            _json_numbers(item, out)
+    elif isinstance(value, list):
+        for item in value:
+            _json_numbers(item, out)
+    return out
+
+
+def _table_numbers(markdown: str) -> list[float]:
+    numbers = []
+    for line in markdown.splitlines():
+        if not line.startswith("|") or set(line) <= set("|-: "):
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        numbers += [float(c) for c in cells if NUMBER.fullmatch(c)]
+    return numbers
+
+
+@needs_trace
+def test_tiny_report_writes_every_file_and_every_table_number_is_in_the_json(tmp_path: Path) -> None:
+    report = run_report(tiny_config(OPENB), tmp_path)
+    text = (tmp_path / "REPORT.md").read_text()
+    saved = orjson.loads((tmp_path / "results.json").read_bytes())
+    assert saved["config"] == report["config"]
+    plots = [name for section in saved["sections"].values() for name in section["plots"]]
+    assert {"openb_unallocated.png", "mig_occupancy.png", "nvlink_links.png", "cost_busy.png", "speed_kernel.png",
+            "speed_http.png", "mig_curves.png", "nvlink_curves.png"} <= set(plots)  # fmt: skip
+    for name in plots:
+        assert (tmp_path / name).stat().st_size > 1000, name
+        assert f"]({name})" in text
+    numbers = _table_numbers(text)
+    assert len(numbers) > 100
+    known = _json_numbers(saved, set())
+    missing = sorted({n for n in numbers if round(n, 6) not in known})
+    assert not missing, f"table numbers not in results.json: {missing[:10]}"
+    for key in ("cpu", "cores", "ram_gib", "date", "commit"):
+        assert str(saved["machine"][key]) in text
+    assert "## Where gpupack is not better than a baseline" in text
