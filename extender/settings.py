@@ -110,6 +110,9 @@ class Settings(BaseSettings):
     decide_in_filter: bool = True
     reservation_ttl_seconds: float = Field(30.0, gt=0, description="an unbound filter decision is released")
     max_body_bytes: int = Field(16 << 20, ge=1024, description="larger request bodies get HTTP 413")
+    verb_timeout_seconds: float = Field(
+        4.5, gt=0, description="a verb answers within this time, body read included (kube-scheduler waits 5 s)"
+    )
     request_timeout_seconds: float = Field(5.0, gt=0, description="timeout of Kubernetes API writes in bind")
 
     @field_validator("prices")

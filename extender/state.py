@@ -21,7 +21,13 @@ Pods — how a bound, non-terminal pod consumes capacity (also the rule after a 
 
 Reservations (extender.reservations): filter commits the chosen placement at once, so the next
 filter sees it; the informer showing the pod bound with that same assignment confirms it (no second
-commit); pod deletion, bind failure, node loss or TTL expiry releases it.
+commit); pod deletion, bind failure, node loss or TTL expiry releases it. A bind without a live
+reservation (it expired, or gpupack restarted between filter and bind) re-decides the pod on the
+bind's node from the request it saw in filter or in the source's pending pods, and binds it when it
+still fits; otherwise it answers a bind `Error` with the reason.
+
+Before the source's first `Synced` nothing is decided: filter answers an `Error` and bind refuses,
+because a partial picture could hand out a GPU that a not-yet-listed pod holds.
 
 One `threading.RLock` serialises every decision and every event application. `bind` holds it only
 to check and mark the reservation, not during the Kubernetes API writes.
@@ -60,6 +66,7 @@ decision_log = logging.getLogger("gpupack.decisions")
 
 UNKNOWN_NODE = "node unknown to gpupack"
 UNSCHEDULABLE_NODE = "node is cordoned or not Ready"
+NOT_SYNCED = "gpupack has not yet listed the cluster; retry shortly"
 SEEN_LIMIT = 100_000  # pods whose request is remembered between filter and bind
 
 
@@ -139,6 +146,7 @@ class ClusterState:
         self._by_node: dict[str, set[str]] = {}
         self._unplaced: set[str] = set()
         self._seen: OrderedDict[str, tuple[str, PodRequest]] = OrderedDict()
+        self._pending: OrderedDict[str, tuple[str, PodRequest]] = OrderedDict()  # unbound GPU pods
         self._synced = False
         self._warm = False
         self.decisions: Counter[tuple[str, str]] = Counter()
@@ -214,6 +222,12 @@ class ClusterState:
         row = self.inventory.index.get(name)
         if row is not None and self.inventory.facts[row] == facts:
             return
+        if row is not None:
+            try:
+                self.inventory.update_node(facts)  # same GPUs: change in place, allocations stay
+                return
+            except InventoryError:
+                pass  # GPUs changed, or less capacity than is in use: rebuild the node below
         held = self.book.on_node(name)
         if row is not None:
             self._detach(name)
@@ -271,10 +285,12 @@ class ClusterState:
     # ------------------------------------------------------------------ pods
     def _pod_upserted(self, pod: Mapping[str, Any]) -> None:
         node = (pod.get("spec") or {}).get("nodeName")
-        if not node or not isinstance(node, str):
-            return  # pending: nothing held (a reservation holds its own capacity)
         key = pod_key(pod)
         uid = identity(pod_uid(pod), key)
+        if not node or not isinstance(node, str):
+            self._remember_pending(uid, key, pod)
+            return  # pending: nothing held (a reservation holds its own capacity)
+        self._pending.pop(uid, None)
         annotation = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ASSIGNMENT)
         existing = self._pods.get(uid)
         if existing is not None and existing.node == node:
@@ -306,8 +322,24 @@ class ClusterState:
             self._release(self.book.forget(uid, "bound otherwise"))
         self._take(record)
 
+    def _remember_pending(self, uid: str, key: str, pod: Mapping[str, Any]) -> None:
+        """Keep an unbound GPU pod's request, so a bind arriving after a restart can be re-decided."""
+        try:
+            request = request_from_pod(pod)
+        except RequestError:
+            self._pending.pop(uid, None)
+            return
+        if request.kind == Kind.NONE:
+            self._pending.pop(uid, None)
+            return
+        if uid not in self._pending and len(self._pending) >= SEEN_LIMIT:
+            self._pending.popitem(last=False)
+        self._pending[uid] = (key, request)
+        self._pending.move_to_end(uid)
+
     def _pod_deleted(self, uid: str) -> None:
         self._seen.pop(uid, None)
+        self._pending.pop(uid, None)
         self._release(self.book.forget(uid, "pod deleted"))
         record = self._pods.get(uid)
         if record is not None:
@@ -575,7 +607,9 @@ class ClusterState:
             self._release(self.book.forget(ident, "node changed"))
         if ident in self._pods:
             raise BindError("already-bound", f"pod {key} is already bound to {self._pods[ident].node}")
-        seen = self._seen.get(ident)
+        if not self._synced:
+            raise BindError("not-synced", NOT_SYNCED)
+        seen = self._seen.get(ident) or self._pending.get(ident)
         if seen is None:
             raise BindError("no-reservation", f"pod {key} has no reservation (never filtered here, or gone)")
         if node in self._bad or node not in self.inventory.index:

@@ -10,11 +10,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from extender.settings import Settings
-from extender.state import BindError, ClusterState
+from extender.state import NOT_SYNCED, BindError, ClusterState
 from extender.wire import (
     ExtenderBindingResult,
     HostPriority,
     WireError,
+    filter_error,
     filter_result,
     parse_binding_args,
     parse_extender_args,
@@ -23,9 +24,14 @@ from extender.wire import (
 
 
 def filter_body(state: ClusterState, settings: Settings, body: bytes) -> bytes:
-    """Answer `POST /filter`: one chosen node (decideInFilter) or every feasible one."""
+    """Answer `POST /filter`: one chosen node (decideInFilter) or every feasible one.
+
+    Until the state has synced, the answer is an `Error` (kube-scheduler retries with backoff).
+    """
     args = parse_extender_args(body)
     check_pod(args.pod)
+    if not state.synced:
+        return filter_error(NOT_SYNCED).to_json()
     candidates = args.candidate_names()
     if settings.decide_in_filter:
         chosen, failed, unresolvable = state.decide_for_filter(args.pod, candidates)

@@ -223,6 +223,35 @@ class Inventory:
                         links[i * MAX_GPUS + j] = value
         return static, numa, links
 
+    def update_node(self, facts: NodeFacts) -> None:
+        """Change a node's CPU, memory, pod slots, capacity type or price, keeping what is allocated.
+
+        Raises InventoryError (and changes nothing) when the GPUs changed (count, product, MIG mode,
+        layout, topology: remove and re-add the node instead) or the new capacity is below what is in use.
+        """
+        row = self.index.get(facts.name)
+        if row is None:
+            raise InventoryError(f"node {facts.name} is unknown")
+        old = self.facts[row]
+        assert old is not None
+        gpu_fields = ("gpu_product", "gpu_count", "gpu_memory_mib", "mig_mode", "mig_layout", "nvlink", "numa")
+        if any(getattr(old, f) != getattr(facts, f) for f in gpu_fields):
+            raise InventoryError(f"node {facts.name}: GPUs changed; remove and re-add the node")
+        used = (
+            self.node_cpu_cap[row] - self.node_cpu_free[row],
+            self.node_mem_cap[row] - self.node_mem_free[row],
+            self.node_pods_cap[row] - self.node_pods_free[row],
+        )
+        if facts.cpu_milli < used[0] or facts.memory_bytes < used[1] or facts.pods < used[2]:
+            raise InventoryError(f"node {facts.name}: new capacity is below what is allocated")
+        self.node_cpu_cap[row], self.node_cpu_free[row] = facts.cpu_milli, facts.cpu_milli - used[0]
+        self.node_mem_cap[row], self.node_mem_free[row] = facts.memory_bytes, facts.memory_bytes - used[1]
+        self.node_pods_cap[row], self.node_pods_free[row] = facts.pods, facts.pods - used[2]
+        self.node_spot[row] = facts.spot
+        self.node_price[row] = facts.hourly_cost if facts.hourly_cost is not None else np.nan
+        self.facts[row] = facts
+        self._touch(row)
+
     def remove_node(self, name: str) -> None:
         """Forget a node and everything allocated on it."""
         row = self.index.pop(name)

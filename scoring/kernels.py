@@ -316,7 +316,12 @@ def node_score(
         growth = (frag_after - frag_before) / UNIT
         if params[FRAG_STEP] > 0.0:
             growth = math.floor(growth / params[FRAG_STEP] + 0.5) * params[FRAG_STEP]
-        score = -params[W_FRAG] * growth
+            score = -params[W_FRAG] * growth
+        elif params[FRAG_STEP] < 0.0:
+            # FGD's buckets: trunc(100 * sigmoid(-growth)), in units of 1/25 GPU near zero growth
+            score = params[W_FRAG] * sigmoid_score(frag_before, frag_after) / 25.0
+        else:
+            score = -params[W_FRAG] * growth
         score += params[W_PACK] * node_used_fraction(count, free_after)
         if kind == KIND_WHOLE and k_gpus > 1:
             score += params[W_TOPO] * topo

@@ -38,11 +38,13 @@ class GpupackWeights(BaseModel):
 
     frag: float = Field(1.0, ge=0, description="expected fragmentation growth (FGD, learned mix)")
     pack: float = Field(0.02, ge=0, description="prefer nodes that are already busy")
-    topology: float = Field(1.0, ge=0, description="NVLink quality of multi-GPU sets")
+    topology: float = Field(3.0, ge=0, description="NVLink quality of multi-GPU sets")
     model_fit: float = Field(0.05, ge=0, description="prefer smaller GPU models that fit")
     spot: float = Field(0.5, ge=0, description="spot affinity of interruptible pods")
     cost: float = Field(0.1, ge=0, description="prefer cheaper GPU-hours")
-    frag_step: float = Field(0.0, ge=0, description="round fragmentation growth to this many GPUs")
+    frag_step: float = Field(
+        0.0, description="round fragmentation growth to this many GPUs (negative: FGD's sigmoid buckets)"
+    )
 
 
 class GpupackArgs(BaseModel):

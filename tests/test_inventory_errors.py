@@ -332,3 +332,22 @@ def test_deciding_never_changes_the_inventory(inv: Inventory) -> None:
         engine.decide(request)
         reference_decide(inv, engine.policy, request)
     assert_same(before, state(inv))
+
+
+def test_update_node_keeps_allocations_and_refuses_gpu_changes() -> None:
+    """update_node changes scalars in place; a GPU change or a capacity below use is refused unchanged."""
+    inv = Inventory()
+    facts = NodeFacts("n", 8000, 64 << 30, 10, "NVIDIA-L4", 2)
+    inv.add_node(facts)
+    inv.commit(Placement("n", (GpuSlot(0),), 3000, 8 << 30))
+    inv.update_node(replace(facts, cpu_milli=16000, spot=True, hourly_cost=4.0))
+    row = inv.index["n"]
+    assert inv.node_cpu_free[row] == 13000 and inv.node_cpu_cap[row] == 16000
+    assert inv.node_spot[row] and inv.node_price[row] == 4.0
+    assert inv.gpu_whole[row * 16]  # the GPU allocation survived
+    before = {k: v.copy() for k, v in vars(inv).items() if isinstance(v, np.ndarray)}
+    with pytest.raises(InventoryError, match="GPUs changed"):
+        inv.update_node(replace(facts, gpu_count=4))
+    with pytest.raises(InventoryError, match="below what is allocated"):
+        inv.update_node(replace(facts, cpu_milli=1000))
+    assert all(np.array_equal(before[k], v, equal_nan=True) for k, v in vars(inv).items() if isinstance(v, np.ndarray))

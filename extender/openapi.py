@@ -1,0 +1,160 @@
+"""What `/openapi.json` says about the verbs: request and response bodies from the wire models.
+
+The verb routes read raw bytes (extender.app), so FastAPI alone would publish no body at all. Each
+route gets an `openapi_extra` with its request body, generated from the pydantic models in
+extender.wire; the handlers still parse the bytes themselves. ExtenderArgs keeps the Pod as a plain
+dict on the wire, so its schema is replaced by `PodFields`: the part of a v1.Pod gpupack reads
+(metadata, containers' resources, node selection), everything else allowed. Nothing here is used to
+parse a request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from extender.keys import RESOURCE_CPU, RESOURCE_GPU, RESOURCE_GPU_MILLI, RESOURCE_MEMORY, RESOURCE_MIG_PREFIX
+from extender.wire import (
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderBindingResult,
+    ExtenderFilterResult,
+    HostPriority,
+)
+
+JSON = "application/json"
+Quantity = str | int
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class ResourceList(_Open):
+    """Container limits or requests: the resources gpupack counts (others are allowed and ignored)."""
+
+    cpu: Quantity | None = Field(None, alias=RESOURCE_CPU)
+    memory: Quantity | None = Field(None, alias=RESOURCE_MEMORY)
+    gpu: Quantity | None = Field(None, alias=RESOURCE_GPU)
+    gpu_milli: Quantity | None = Field(None, alias=RESOURCE_GPU_MILLI)
+    mig_1g: Quantity | None = Field(None, alias=f"{RESOURCE_MIG_PREFIX}1g.10gb")
+    mig_3g: Quantity | None = Field(None, alias=f"{RESOURCE_MIG_PREFIX}3g.40gb")
+
+
+class Resources(_Open):
+    """v1.ResourceRequirements."""
+
+    limits: ResourceList | None = None
+    requests: ResourceList | None = None
+
+
+class Container(_Open):
+    """v1.Container: its name and resources."""
+
+    name: str
+    resources: Resources | None = None
+
+
+class PodMetadata(_Open):
+    """v1.ObjectMeta of the pod."""
+
+    name: str = Field(min_length=1)
+    namespace: str | None = None
+    uid: str | None = None
+    annotations: dict[str, str] | None = None
+    labels: dict[str, str] | None = None
+
+
+class PodSpec(_Open):
+    """v1.PodSpec: containers and the node-selection fields gpupack reads."""
+
+    containers: list[Container] = Field(default_factory=list)
+    init_containers: list[Container] | None = Field(None, alias="initContainers")
+    node_selector: dict[str, str] | None = Field(None, alias="nodeSelector")
+    node_name: str | None = Field(None, alias="nodeName")
+    overhead: ResourceList | None = None
+    scheduler_name: str | None = Field(None, alias="schedulerName")
+
+
+class PodFields(_Open):
+    """The part of a v1.Pod gpupack reads; the scheduler sends the whole object."""
+
+    metadata: PodMetadata
+    spec: PodSpec | None = None
+
+
+class ErrorBody(BaseModel):
+    """`{"Error": reason}`: a refused request (400, 408, 413)."""
+
+    error: str = Field(alias="Error")
+
+
+def schema_of(model: type[BaseModel], mode: str = "validation") -> dict[str, Any]:
+    """The model's JSON schema by alias, with every `$ref` inlined (no shared components needed)."""
+    schema = model.model_json_schema(by_alias=True, mode=mode)  # type: ignore[arg-type]
+    definitions = schema.pop("$defs", {})
+    return _inline(schema, definitions)
+
+
+def _inline(node: Any, definitions: dict[str, Any]) -> Any:
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return _inline(definitions[ref.removeprefix("#/$defs/")], definitions)
+        return {key: _inline(value, definitions) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_inline(item, definitions) for item in node]
+    return node
+
+
+def _body(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"required": True, "content": {JSON: {"schema": schema}}}
+
+
+def _answer(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"description": description, "content": {JSON: {"schema": schema}}}
+
+
+def _refusals() -> dict[str, Any]:
+    error = schema_of(ErrorBody)
+    return {
+        "400": _answer("a body kube-scheduler would never send", error),
+        "408": _answer("the body did not arrive within verbTimeoutSeconds", error),
+        "413": _answer("the body exceeds maxBodyBytes", error),
+    }
+
+
+def extender_args_extra(answer: dict[str, Any], description: str) -> dict[str, Any]:
+    """`openapi_extra` of filter/prioritize: ExtenderArgs in (with the Pod described), `answer` out."""
+    schema = schema_of(ExtenderArgs)
+    schema["properties"]["Pod"] = schema_of(PodFields)
+    return {"requestBody": _body(schema), "responses": {"200": _answer(description, answer), **_refusals()}}
+
+
+def filter_extra() -> dict[str, Any]:
+    """`openapi_extra` of `POST /filter`."""
+    return extender_args_extra(schema_of(ExtenderFilterResult, "serialization"), "ExtenderFilterResult")
+
+
+def prioritize_extra() -> dict[str, Any]:
+    """`openapi_extra` of `POST /prioritize`."""
+    answer = {"type": "array", "items": schema_of(HostPriority, "serialization")}
+    return extender_args_extra(answer, "HostPriorityList")
+
+
+def bind_extra() -> dict[str, Any]:
+    """`openapi_extra` of `POST /bind`."""
+    return {
+        "requestBody": _body(schema_of(ExtenderBindingArgs)),
+        "responses": {
+            "200": _answer("ExtenderBindingResult", schema_of(ExtenderBindingResult, "serialization")),
+            **_refusals(),
+        },
+    }
+
+
+def status_extra(*codes: int) -> dict[str, Any]:
+    """`openapi_extra` of a health endpoint answering `{"status": ...}` with the given codes."""
+    schema = {"type": "object", "properties": {"status": {"type": "string"}}, "required": ["status"]}
+    return {"responses": {str(code): _answer("status", schema) for code in codes}}
