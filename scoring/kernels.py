@@ -300,8 +300,8 @@ def node_used_fraction(count, free):
 @njit(cache=True, inline="always")
 def node_score(
     n, cpu_free_a, mem_free_a, model_a, spot_a, price_a, cpu_cap_a, mem_cap_a, tags_a, milli_a,
-    model_memory, req, policy, params, max_price, max_memory, count, free_before, free_after,
-    frag_before, frag_after, topo, gpu_score,
+    pods_free_a, pods_cap_a, model_memory, req, policy, params, max_price, max_memory, count, free_before,
+    free_after, frag_before, frag_after, topo, gpu_score,
 ):
     """The policy's score of a feasible node (higher is better)."""
     kind = req[0]
@@ -329,8 +329,9 @@ def node_score(
             score -= params[W_MODEL] * model_memory[model_a[n]] / max_memory
         if spot_a[n]:
             score += params[W_SPOT] if req[5] else -params[W_SPOT]
-        if max_price > 0 and count > 0 and not math.isnan(price_a[n]):
-            score -= params[W_COST] * (price_a[n] / count) / max_price
+        if max_price > 0 and not math.isnan(price_a[n]) and pods_free_a[n] == pods_cap_a[n]:
+            # the marginal cost of a pod is the price of the node it switches on
+            score -= params[W_COST] * price_a[n] / max_price
         return score
     if policy == P_FGD:
         return gpu_score
@@ -430,10 +431,8 @@ def schedule(
     max_memory = 0.0
     for n in range(n_nodes):
         if candidate[n] and active[n] and count_a[n] > 0:
-            if not math.isnan(price_a[n]):
-                p = price_a[n] / count_a[n]
-                if p > max_price:
-                    max_price = p
+            if not math.isnan(price_a[n]) and price_a[n] > max_price:
+                max_price = price_a[n]
             if model_memory[model_a[n]] > max_memory:
                 max_memory = model_memory[model_a[n]]
     best = -1
@@ -588,8 +587,16 @@ def schedule(
             if use_topology:
                 score_set = best_gpu_set(link_a, numa_a, base, count, free_mask, k_gpus, cur_gpu)
                 if k_gpus > 1:
+                    # absolute: share of GPU pairs joined by NVLink; relative: affinity against the
+                    # best set this node could ever offer
                     ideal = best_gpu_set(link_a, numa_a, base, count, (1 << count) - 1, k_gpus, tmp_set)
-                    topo = score_set / ideal if ideal > 0 else 1.0
+                    linked = 0
+                    for a in range(k_gpus):
+                        for b in range(a + 1, k_gpus):
+                            if link_a[(base + cur_gpu[a]) * MAX_GPUS + cur_gpu[b]] > 0:
+                                linked += 1
+                    pairs = k_gpus * (k_gpus - 1) // 2
+                    topo = 0.75 * linked / pairs + 0.25 * (score_set / ideal if ideal > 0 else 1.0)
             else:
                 m = 0
                 for j in range(count):
@@ -714,8 +721,8 @@ def schedule(
 
         score = node_score(
             n, cpu_free_a, mem_free_a, model_a, spot_a, price_a, cpu_cap_a, mem_cap_a, tags_a, milli_a,
-            model_memory, req, policy, params, max_price, max_memory, count, free_before, free_after,
-            frag_before, frag_after, topo, gpu_score,
+            pods_free_a, pods_cap_a, model_memory, req, policy, params, max_price, max_memory, count, free_before,
+            free_after, frag_before, frag_after, topo, gpu_score,
         )
         out_verdict[n] = OK
         out_score[n] = score

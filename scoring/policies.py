@@ -28,20 +28,22 @@ class GpupackWeights(BaseModel):
 
     score = -frag * (expected fragmentation added, GPUs)
             + pack * (node GPU use after placement, 0..1)   (busy nodes first: idle ones can drain)
-            + topology * (NVLink quality of a multi-GPU set, 0..1)
+            + topology * (NVLink quality of a multi-GPU set, 0..1: 3/4 share of NVLinked pairs,
+                          1/4 affinity against the best set the node could offer)
             - model_fit * (GPU memory of the node's model / largest in the cluster)
             ± spot (interruptible pods gain it on spot nodes, others lose it)
-            - cost * (price per GPU-hour / highest among candidates)
+            - cost * (price of the node / highest among candidates), when the pod is the node's first:
+              a busy node costs nothing more, an idle one is switched on
     """
 
     model_config = ConfigDict(extra="forbid")
 
     frag: float = Field(1.0, ge=0, description="expected fragmentation growth (FGD, learned mix)")
-    pack: float = Field(0.02, ge=0, description="prefer nodes that are already busy")
+    pack: float = Field(0.1, ge=0, description="prefer nodes that are already busy")
     topology: float = Field(3.0, ge=0, description="NVLink quality of multi-GPU sets")
     model_fit: float = Field(0.05, ge=0, description="prefer smaller GPU models that fit")
     spot: float = Field(0.5, ge=0, description="spot affinity of interruptible pods")
-    cost: float = Field(0.1, ge=0, description="prefer cheaper GPU-hours")
+    cost: float = Field(1.0, ge=0, description="avoid switching on expensive idle nodes")
     frag_step: float = Field(
         0.0, description="round fragmentation growth to this many GPUs (negative: FGD's sigmoid buckets)"
     )

@@ -60,6 +60,7 @@ class Node:
     cpu_free: int
     mem_free: int
     pods_free: int
+    pods_cap: int
     cpu_cap: int
     mem_cap: int
     model: int
@@ -124,6 +125,7 @@ def read_node(inventory: Inventory, row: int) -> Node:
         cpu_free=int(inv.node_cpu_free[row]),
         mem_free=int(inv.node_mem_free[row]),
         pods_free=int(inv.node_pods_free[row]),
+        pods_cap=int(inv.node_pods_cap[row]),
         cpu_cap=int(inv.node_cpu_cap[row]),
         mem_cap=int(inv.node_mem_cap[row]),
         model=model_id,
@@ -394,7 +396,9 @@ def evaluate(node: Node, ctx: _Context, noise: float) -> Outcome:
             chosen = list(subset)
             if request.gpus > 1:
                 _, ideal = best_gpu_set(node, range(node.count), request.gpus)
-                topo = score_set / ideal if ideal > 0 else 1.0
+                pairs = list(itertools.combinations(chosen, 2))
+                linked = sum(1 for a, b in pairs if node.links[a][b] > 0)
+                topo = 0.75 * linked / len(pairs) + 0.25 * (score_set / ideal if ideal > 0 else 1.0)
         else:
             chosen = free[: request.gpus]
         for j in chosen:
@@ -481,8 +485,8 @@ def node_score(
             score -= params[k.W_MODEL] * node.memory_mib / ctx.max_memory
         if node.spot:
             score += params[k.W_SPOT] if request.interruptible else -params[k.W_SPOT]
-        if ctx.max_price > 0 and node.count > 0 and not math.isnan(node.price):
-            score -= params[k.W_COST] * (node.price / node.count) / ctx.max_price
+        if ctx.max_price > 0 and not math.isnan(node.price) and node.pods_free == node.pods_cap:
+            score -= params[k.W_COST] * node.price / ctx.max_price
         return float(score)
     if policy == k.P_FGD:
         return fgd
@@ -564,7 +568,7 @@ def reference_decide(
     noise = np.zeros(n, dtype=np.float64) if noise is None else noise
     nodes = {row: read_node(inventory, row) for row in range(n) if mask[row]}
 
-    prices = [node.price / node.count for node in nodes.values() if node.count > 0 and not math.isnan(node.price)]
+    prices = [node.price for node in nodes.values() if node.count > 0 and not math.isnan(node.price)]
     memories = [node.memory_mib for node in nodes.values() if node.count > 0]
     types, weights = policy.mix.current()
     ctx = _Context(
