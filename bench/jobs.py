@@ -7,14 +7,14 @@ returns a JSON-ready dict (the run as `gpupack simulate --json` reports it, plus
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench import metrics
 from bench.load import load_nodes, load_pods
 from bench.protocol import fgd_order
 from bench.scenarios import STATIC_BALANCED, ClusterSpec, cost_cluster, mig_cluster, nvlink_cluster
-from bench.simulate import make_policy, requested_gpus, run_once, share_to_mig
+from bench.simulate import RunResult, make_policy, requested_gpus, run_once, share_to_mig
 from bench.workload import Trace, TracePod, gpu_milli_capacity
 from scoring.facts import MigMode, NodeFacts
 
@@ -51,10 +51,10 @@ def prefix_to_arrived(order: list[TracePod], nodes: list[NodeFacts], pct: float)
     return order
 
 
-def _base(job: object, result: object, extra: dict[str, object]) -> dict[str, object]:
-    out = {**vars(job), "run": result.to_json(with_placements=False), **extra}  # type: ignore[attr-defined]
-    out.pop("traces_dir", None)
-    return out
+def _base(job: object, result: RunResult, extra: dict[str, object]) -> dict[str, object]:
+    """The job's fields (but its input folder), the run as `simulate --json` reports it, and `extra`."""
+    fields = {k: v for k, v in asdict(job).items() if k != "traces_dir"}  # type: ignore[call-overload]
+    return {**fields, "run": result.to_json(with_placements=False), **extra}
 
 
 @dataclass(frozen=True)

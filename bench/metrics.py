@@ -19,6 +19,7 @@ from scoring.geometry import (
     PLACEMENT_START,
     SHAPE_COMPUTE,
     SHAPE_SIZE,
+    MigFamily,
     resolve_profile,
 )
 from scoring.inventory import FULL_MILLI, MAX_GPUS, Inventory
@@ -157,11 +158,11 @@ def stranded_gpus(inventory: Inventory, failed_by_kind: Mapping[str, int]) -> St
     return Stranding(gpus, with_free, stranded)
 
 
-def _shape(family: object, profile: str) -> int | None:
+def _shape(family: MigFamily | None, profile: str) -> int | None:
     if family is None:
         return None
     try:
-        return resolve_profile(family, profile)[0]  # type: ignore[arg-type]
+        return resolve_profile(family, profile)[0]
     except KeyError:
         return None
 
@@ -173,8 +174,10 @@ NOT_A_SLICE = ""
 
 
 def occupancy_grid(inventory: Inventory, placements: Iterable[Placement], sample: int) -> list[list[str]]:
-    """Memory-slice occupancy of up to `sample` used 8-slice MIG GPUs, evenly spread over all used ones.
+    """Memory-slice occupancy of up to `sample` partitioned 8-slice GPUs, evenly spread over all of them.
 
+    Partitioned: holding MIG instances, but not one instance that takes the whole GPU (whole GPUs and
+    7g instances say nothing about packing). On static nodes every used GPU counts.
     Each row is one GPU, 8 cells (slice 0..7) labelled with the profile using it, `whole GPU`,
     `unused static instance`, or `free`.
     """
@@ -189,7 +192,12 @@ def occupancy_grid(inventory: Inventory, placements: Iterable[Placement], sample
                 cells[slot.start : slot.start + size] = [slot.mig] * size
             else:
                 cells[:] = [WHOLE] * 8
-    keys = sorted(k for k in used if int(inventory.model_slices[int(inventory.node_model[k[0]])]) == 8)
+    keys = sorted(
+        k
+        for k, cells in used.items()
+        if int(inventory.model_slices[int(inventory.node_model[k[0]])]) == 8
+        and (int(inventory.gpu_static[k[0] * MAX_GPUS + k[1]]) or len(set(cells)) > 1)
+    )
     if len(keys) > sample:
         keys = [keys[round(i * (len(keys) - 1) / (sample - 1))] for i in range(sample)] if sample > 1 else keys[:1]
     grid = []

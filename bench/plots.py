@@ -68,6 +68,7 @@ def grouped_bars(
         ys = [values[group][name] for group in groups if name in values[group]]
         ax.bar(xs, ys, width, label=name, color=cmap(i % 10), edgecolor="black" if name == "gpupack" else None)
     ax.set_xticks(range(len(groups)), groups, fontsize=8)
+    ax.set_ylim(top=ax.get_ylim()[1] * 1.15)  # room for the legend
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7, ncol=min(len(series), 5))
@@ -82,8 +83,8 @@ def mig_occupancy(grids: Mapping[str, Sequence[Sequence[str]]], path: str | Path
     from matplotlib.patches import Patch
 
     labels = sorted({cell for grid in grids.values() for row in grid for cell in row} | {"free"}, key=_slot_order)
-    colours = plt.get_cmap("tab20")
-    palette = {label: ("#f2f2f2" if label == "free" else colours(i % 20)) for i, label in enumerate(labels)}
+    colours = plt.get_cmap("tab10")
+    palette = {label: ("#f2f2f2" if label == "free" else colours(i % 10)) for i, label in enumerate(labels)}
     fig, axes = plt.subplots(1, len(grids), figsize=(3.2 * len(grids) + 1.5, 6), squeeze=False)
     for ax, (name, grid) in zip(axes[0], grids.items(), strict=True):
         codes = [[labels.index(cell) for cell in row] for row in grid] or [[labels.index("free")] * 8]

@@ -8,7 +8,8 @@ from bench.markdown import Table, bullet_list
 from bench.sections import Section
 
 
-def _seeds(seeds: Sequence[int]) -> str:
+def seeds_text(seeds: Sequence[int]) -> str:
+    """`42–51` for a run of consecutive seeds, else `42, 44`."""
     seeds = list(seeds)
     if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
         return f"{seeds[0]}–{seeds[-1]}"
@@ -57,7 +58,8 @@ def render(
         f"- machine: {info['cpu']}, {info['cores']} cores, {info['ram_gib']} GiB RAM, Python {info['python']}\n"
         f"- wall time: simulations {info['simulation_seconds']} s on {config['workers']} worker processes, "
         f"speed benchmarks {info['speed_seconds']} s, total {info['total_seconds']} s\n"
-        f"- seeds: openb {_seeds(config['openb_seeds'])}; MIG / NVLink / cost {_seeds(config['scenario_seeds'])}; "  # type: ignore[arg-type]
+        f"- seeds: openb {seeds_text(config['openb_seeds'])}; "  # type: ignore[arg-type]
+        f"MIG / NVLink / cost {seeds_text(config['scenario_seeds'])}; "  # type: ignore[arg-type]
         f"scenario clusters at {scale} x their full node counts\n"
         "- every number below comes from this run; `results.json` beside this file holds them all (per seed).",
         "## Where gpupack is not better than a baseline\n\n"

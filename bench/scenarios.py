@@ -1,8 +1,9 @@
 """Bench clusters from small declarative specs: node model x count, MIG mode, topology, capacity type, price.
 
-`ClusterSpec.build()` gives the `NodeFacts` the simulator runs on; `to_node_yaml` writes the same nodes as
-v1 Node objects (labels and annotations of DESIGN.md §3) that `gpupack simulate --nodes` and
-`extender.node_facts.facts_from_node` read back into equal facts.
+`ClusterSpec.build()` gives the `NodeFacts` the simulator runs on; `to_node_yaml` (and
+`python -m bench.scenarios NAME [SCALE]`) writes the same nodes as v1 Node objects (labels and annotations
+of DESIGN.md §3) that `gpupack simulate --nodes` and `extender.node_facts.facts_from_node` read back into
+equal facts.
 """
 
 from __future__ import annotations
@@ -303,3 +304,28 @@ def node_objects(nodes: Iterable[NodeFacts]) -> list[dict[str, Any]]:
 def to_node_yaml(nodes: Sequence[NodeFacts]) -> str:
     """The nodes as a YAML `v1 List` of Node objects, for `gpupack simulate --nodes`."""
     return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": node_objects(nodes)}, sort_keys=False)
+
+
+CLUSTERS = {
+    "mig": mig_cluster,
+    "mig-static-balanced": lambda: mig_cluster().with_mig(MigMode.STATIC, STATIC_BALANCED),
+    "nvlink": nvlink_cluster,
+    "cost": cost_cluster,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m bench.scenarios NAME [SCALE]`: print a bench cluster as Node YAML (for `simulate --nodes`)."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in CLUSTERS:
+        print(f"usage: python -m bench.scenarios {{{','.join(CLUSTERS)}}} [SCALE]", file=sys.stderr)
+        return 2
+    spec = CLUSTERS[args[0]]()
+    sys.stdout.write(to_node_yaml(spec.scaled(float(args[1]) if len(args) > 1 else 1.0).build()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

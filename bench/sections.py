@@ -192,11 +192,11 @@ def _slim(run: Mapping[str, object], keep_curve: bool) -> dict[str, object]:
     return {k: v for k, v in run.items() if k != "curve" or keep_curve}
 
 
-def readme_block(section: Section, report_link: str, stamp: str) -> str:
+def readme_block(section: Section, report_link: str, seeds: str, stamp: str) -> str:
     """The README's openb headline: the policies x traces table and a link to the full report."""
     table = section.tables["openb_unallocated"].markdown()
     return (
-        "Median unallocated GPU % at arrived = 100 % on the openb traces (fgd protocol, seeds 42–51; "
+        f"Median unallocated GPU % at arrived = 100 % on the openb traces (fgd protocol, seeds {seeds}; "
         f"lower is better), beside the published FGD-paper figures (`paper`). {stamp}\n\n{table}\n\n"
         f"Full report (MIG, NVLink, cost and speed scenarios): [{report_link}]({report_link})"
     )
@@ -272,7 +272,7 @@ def mig_section(results: Sequence[Result], labels: Sequence[str], out: Path) -> 
     firsts = {label: by[(label,)][0] for label in labels if by.get((label,))}
     grids = {label: first["occupancy"] for label, first in firsts.items() if "occupancy" in first}
     if grids:
-        plots.mig_occupancy(grids, out / "mig_occupancy.png", "MIG slot occupancy of a sample of used GPUs")  # type: ignore[arg-type]
+        plots.mig_occupancy(grids, out / "mig_occupancy.png", "MIG slot occupancy of a sample of partitioned GPUs")  # type: ignore[arg-type]
         section.plots.append("mig_occupancy.png")
     section.data["runs"] = {label: [_slim(run_of(r), i == 0) for i, r in enumerate(by[(label,)])] for (label,) in by}
     return section
