@@ -96,11 +96,14 @@ class RequestArrays:
         self.width = max(n_inst, request.gpus, 1)
 
 
-def _empty_sums(nodes: int, types: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _empty_sums(nodes: int, types: int) -> tuple[np.ndarray, ...]:
+    """(node version stamp, S, H, fragmentation, weights-version stamp), all invalid."""
     return (
         np.full(nodes, -1, dtype=np.int64),
         np.zeros((nodes, types), dtype=np.int64),
         np.zeros((nodes, types), dtype=np.int64),
+        np.zeros(nodes, dtype=np.float64),
+        np.full(nodes, -1, dtype=np.int64),
     )
 
 
@@ -124,7 +127,8 @@ class Engine:
         self.inventory = inventory
         self.policy = policy
         self._mix_cache: tuple[tuple[int, int, int], tuple] | None = None
-        self._sums_cache: tuple[np.ndarray, np.ndarray, np.ndarray] = _empty_sums(0, 0)
+        self._sums_cache = _empty_sums(0, 0)
+        self._weights_version = 0
 
     def mix_arrays(self) -> tuple:
         """The policy mix as kernel arrays, rebuilt only when the mix or the model list changed."""
@@ -136,16 +140,17 @@ class Engine:
             if old is None or not all(np.array_equal(a, b) for a, b in zip(old[1:], arrays[1:], strict=True)):
                 self._sums_cache = _empty_sums(self.inventory.size, len(arrays[0]))
             self._mix_cache = (key, arrays)
+            self._weights_version += 1
         return self._mix_cache[1]
 
-    def sums_cache(self, types: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def sums_cache(self, types: int) -> tuple:
         """Per-node fragmentation sums kept between calls; grows with the inventory."""
-        stamp, sums, hosts = self._sums_cache
+        stamp, sums, hosts, frag, weights = self._sums_cache
         n = self.inventory.size
         if len(stamp) < n or sums.shape[1] != types:
             self._sums_cache = _empty_sums(max(n, 2 * len(stamp)), types)
-        stamp, sums, hosts = self._sums_cache
-        return stamp[:n], sums[:n], hosts[:n]
+        stamp, sums, hosts, frag, weights = self._sums_cache
+        return stamp[:n], sums[:n], hosts[:n], frag[:n], weights[:n], self._weights_version
 
     def kernel_inputs(self) -> tuple[tuple, tuple, tuple]:
         """(node arrays, GPU arrays, model arrays) as the kernels take them."""

@@ -407,13 +407,14 @@ def schedule(
 ):
     """Score every candidate node; returns (best node or -1, slots) with its placement in best_*.
 
-    Ties on score go to the lowest `rank`. `cache` = (stamp[N], S[N, T], H[N, T]) keeps each node's
-    per-type sums for as long as its version (`inv`'s last array) is unchanged. The tuples are unpacked once here: the per-node code
+    Ties on score go to the lowest `rank`. `cache` = (stamp[N], S[N, T], H[N, T], frag[N],
+    weights_stamp[N], weights_version) keeps each node's per-type sums for as long as its version
+    (`inv`'s last array) is unchanged, and its fragmentation while the mix weights are unchanged too. The tuples are unpacked once here: the per-node code
     takes plain arrays, so no reference counting happens per node.
     """
     (active, cpu_free_a, mem_free_a, pods_free_a, model_a, mode_a, count_a, spot_a, price_a,
      cpu_cap_a, mem_cap_a, pods_cap_a, tags_a, version_a) = inv
-    cache_stamp, cache_S, cache_H = cache
+    cache_stamp, cache_S, cache_H, cache_frag, cache_weights, weights_version = cache
     milli_a, whole_a, slices_a, compute_a, me_a, static_a, sused_a, numa_a, link_a = gpus
     model_memory, model_compute = models
     mix_w, mix_i, mix_shape, mix_allowed = mix
@@ -492,7 +493,15 @@ def schedule(
                 cache_S[n, t] = S[t]
                 cache_H[n, t] = H[t]
             cache_stamp[n] = version_a[n]
-        frag_before = node_frag(model, cpu_free_a[n], mem_free_a[n], free_before, mix_w, mix_i, mix_allowed, S, H) if uses_frag else 0.0
+        frag_before = 0.0
+        if uses_frag:
+            # the node's fragmentation also depends on the mix weights: cached per weights version
+            if cached and cache_weights[n] == weights_version:
+                frag_before = cache_frag[n]
+            else:
+                frag_before = node_frag(model, cpu_free_a[n], mem_free_a[n], free_before, mix_w, mix_i, mix_allowed, S, H)
+                cache_frag[n] = frag_before
+                cache_weights[n] = weights_version
         cpu_after = cpu_free_a[n] - cpu
         mem_after = mem_free_a[n] - mem
         slots = 0
