@@ -21,7 +21,8 @@ Pods — how a bound, non-terminal pod consumes capacity (also the rule after a 
 
 Reservations (extender.reservations): filter commits the chosen placement at once, so the next
 filter sees it; the informer showing the pod bound with that same assignment confirms it (no second
-commit); pod deletion, bind failure, node loss or TTL expiry releases it. A bind without a live
+commit); pod deletion, bind failure, node loss or TTL expiry (of a reservation not yet bound)
+releases it. A bind without a live
 reservation (it expired, or gpupack restarted between filter and bind) re-decides the pod on the
 bind's node from the request it saw in filter or in the source's pending pods, and binds it when it
 still fits; otherwise it answers a bind `Error` with the reason.
@@ -362,6 +363,9 @@ class ClusterState:
         self._synced = True
         if first:
             logger.info("cluster state synced: %d nodes, %d bound pods", len(self.inventory.index), len(self._pods))
+        for reservation in self.book.orphans():  # bound long before this list, yet not in it: gone
+            logger.info("pod %s bound to %s is gone; releasing its hold", reservation.key, reservation.node)
+            self._release(self.book.forget(reservation.uid, "pod gone"))
         self._retry_unplaced(None)
 
     # ------------------------------------------------------------------ accounting
@@ -462,9 +466,13 @@ class ClusterState:
 
     def _split(self, candidates: Iterable[str]) -> tuple[list[str], dict[str, str]]:
         """Candidates gpupack can place on, and the others with why they are unresolvable."""
+        unique = list(dict.fromkeys(candidates))
+        index = self.inventory.index
+        if not self._bad and not self._unschedulable and all(name in index for name in unique):
+            return unique, {}  # the common case, without per-name branching
         known: list[str] = []
         unresolvable: dict[str, str] = {}
-        for name in dict.fromkeys(candidates):
+        for name in unique:
             if name in self._bad:
                 unresolvable[name] = self._bad[name]
             elif name not in self.inventory.index:
@@ -511,9 +519,9 @@ class ClusterState:
                 return None, failed, unresolvable
             self.inventory.commit(placement)
             self.book.assume(uid, key, placement, request)
-            failed.update(_chose((n for n in known if n not in failed), placement.node))
+            failed.update(_chose(known if not failed else [n for n in known if n not in failed], placement.node))
             self.decisions["placed", ""] += 1
-            score = decision.feasible_scores().get(placement.node)
+            score = decision.score_of(self.inventory.index[placement.node])
             self._log(key, placement, score, started, len(known))
             return placement.node, failed, unresolvable
 
@@ -689,8 +697,9 @@ class ClusterState:
 
 
 def _chose(nodes: Iterable[str], chosen: str) -> dict[str, str]:
-    reason = f"gpupack chose {chosen}"
-    return {n: reason for n in nodes if n != chosen}
+    others = dict.fromkeys(nodes, f"gpupack chose {chosen}")
+    others.pop(chosen, None)
+    return others
 
 
 def _main_reason(failed: Mapping[str, str], unresolvable: Mapping[str, str]) -> str:

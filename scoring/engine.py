@@ -46,19 +46,18 @@ class Decision:
 
     def reasons(self) -> dict[str, str]:
         """Why each infeasible candidate was rejected, by node name."""
-        return {
-            self.names[row]: VERDICT_REASONS[int(v)]  # type: ignore[misc]
-            for row, v in zip(self.rows, self.verdicts[self.rows], strict=True)
-            if v != k.OK and v != k.NOT_CANDIDATE
-        }
+        verdicts = self.verdicts[self.rows]
+        rejected = self.rows[(verdicts != k.OK) & (verdicts != k.NOT_CANDIDATE)].tolist()
+        return {self.names[row]: VERDICT_REASONS[int(self.verdicts[row])] for row in rejected}  # type: ignore[misc]
 
     def feasible_scores(self) -> dict[str, float]:
         """Score of every feasible candidate, by node name."""
-        return {
-            self.names[row]: float(self.scores[row])  # type: ignore[misc]
-            for row in self.rows
-            if self.verdicts[row] == k.OK
-        }
+        feasible = self.rows[self.verdicts[self.rows] == k.OK].tolist()
+        return {self.names[row]: float(self.scores[row]) for row in feasible}  # type: ignore[misc]
+
+    def score_of(self, row: int) -> float | None:
+        """The score of one inventory row, None when it was not feasible."""
+        return float(self.scores[row]) if self.verdicts[row] == k.OK else None
 
 
 class RequestArrays:
@@ -175,11 +174,9 @@ class Engine:
         if candidates is None:
             return self.inventory.node_active[:n].copy()
         mask = np.zeros(n, dtype=np.bool_)
-        index = self.inventory.index
-        for name in candidates:
-            row = index.get(name)
-            if row is not None:
-                mask[row] = True
+        get = self.inventory.index.get
+        rows = np.fromiter((get(name, -1) for name in candidates), dtype=np.int64)
+        mask[rows[rows >= 0]] = True
         return mask
 
     def decide(

@@ -34,8 +34,8 @@ MODE_NONE, MODE_STATIC, MODE_DYNAMIC = 0, 1, 2
 P_GPUPACK, P_RANDOM, P_DOT, P_CLUSTER, P_PACKING, P_BESTFIT, P_FGD, P_KUBE, P_FIRSTFIT = range(9)
 
 # params vector indices (one layout for every policy; unused entries are ignored)
-W_FRAG, W_PACK, W_TOPO, W_MODEL, W_SPOT, W_COST, SPOT_FORBID, TOPO_SETS, FRAG_STEP = range(9)
-N_PARAMS = 9
+W_FRAG, W_PACK, W_TOPO, W_MODEL, W_SPOT, W_COST, SPOT_FORBID, TOPO_SETS, FRAG_STEP, W_ORDER = range(10)
+N_PARAMS = 10
 
 # verdict codes per node (0 = feasible)
 OK, NOT_CANDIDATE, NO_CPU, NO_MEMORY, NO_POD_SLOT, MODEL_NOT_ALLOWED, NO_GPU, NO_MIG, SPOT_FORBIDDEN = range(9)
@@ -227,7 +227,7 @@ def sigmoid_score(frag_before, frag_after):
     return float(math.floor(100.0 / (1.0 + math.exp(-x))))
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def pair_score(link_a, numa_a, base, a, b):
     """go-gpuallocator's pair affinity: 100 per NVLink, plus 20 same NUMA node, 10 across."""
     s = 100 * link_a[(base + a) * MAX_GPUS + b]
@@ -238,7 +238,7 @@ def pair_score(link_a, numa_a, base, a, b):
     return s
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def best_gpu_set(link_a, numa_a, base, count, free_mask, k, out):
     """Best-connected k-subset of `free_mask`; ties: fewest links cut to the GPUs left free, then lowest.
 
@@ -593,6 +593,10 @@ def schedule(
                 out_score[n] = -np.inf
                 continue
             use_topology = (policy == P_GPUPACK or params[TOPO_SETS] > 0.0) and (nfree > k_gpus or k_gpus > 1)
+            if use_topology and k_gpus == 1:
+                # one GPU: every free GPU scores the same, so only the chosen node's pick is refined
+                # (after the node loop)
+                use_topology = False
             if use_topology:
                 score_set = best_gpu_set(link_a, numa_a, base, count, free_mask, k_gpus, cur_gpu)
                 if k_gpus > 1:
@@ -733,6 +737,9 @@ def schedule(
             pods_free_a, pods_cap_a, model_memory, req, policy, params, max_price, max_memory, count, free_before,
             free_after, frag_before, frag_after, topo, gpu_score,
         )
+        if policy == P_GPUPACK and params[W_ORDER] > 0.0:
+            # consolidation: among near-equal nodes, keep filling the ones earliest in a fixed order
+            score -= params[W_ORDER] * rank[n] / n_nodes
         out_verdict[n] = OK
         out_score[n] = score
         if best < 0 or score > best_score or (score == best_score and rank[n] < rank[best]):
@@ -743,4 +750,12 @@ def schedule(
                 best_gpu[q] = cur_gpu[q]
                 best_start[q] = cur_start[q]
                 best_shape[q] = cur_shape[q]
+    if best >= 0 and req[0] == KIND_WHOLE and req[3] == 1 and (policy == P_GPUPACK or params[TOPO_SETS] > 0.0):
+        base = best * MAX_GPUS
+        free_mask = 0
+        for j in range(count_a[best]):
+            i = base + j
+            if static_a[i] == 0 and not whole_a[i] and slices_a[i] == 0 and compute_a[i] == 0 and milli_a[i] == 1000:
+                free_mask |= 1 << j
+        best_gpu_set(link_a, numa_a, base, count_a[best], free_mask, 1, best_gpu)
     return best, best_slots

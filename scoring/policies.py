@@ -44,6 +44,7 @@ class GpupackWeights(BaseModel):
     model_fit: float = Field(0.05, ge=0, description="prefer smaller GPU models that fit")
     spot: float = Field(0.5, ge=0, description="spot affinity of interruptible pods")
     cost: float = Field(1.0, ge=0, description="avoid switching on expensive idle nodes")
+    order: float = Field(0.0, ge=0, description="prefer nodes early in a fixed order (consolidation), in GPUs")
     frag_step: float = Field(
         0.0, description="round fragmentation growth to this many GPUs (negative: FGD's sigmoid buckets)"
     )
@@ -94,6 +95,7 @@ def gpupack(args: GpupackArgs | None = None) -> PolicySpec:
         W_SPOT=w.spot,
         W_COST=w.cost,
         FRAG_STEP=w.frag_step,
+        W_ORDER=w.order,
         SPOT_FORBID=float(args.forbid_spot_for_non_interruptible),
     )
     mix = LearnedMix(

@@ -590,8 +590,11 @@ def reference_decide(
         verdicts[row] = outcome.verdict
         if outcome.verdict != k.OK:
             continue
-        scores[row] = outcome.score
-        if best is None or outcome.score > scores[best] or (outcome.score == scores[best] and rank[row] < rank[best]):
+        score = outcome.score
+        if policy.kernel_id == k.P_GPUPACK and policy.params[k.W_ORDER] > 0.0:
+            score -= policy.params[k.W_ORDER] * rank[row] / n  # consolidation along the fixed order
+        scores[row] = score
+        if best is None or score > scores[best] or (score == scores[best] and rank[row] < rank[best]):
             best, best_outcome = row, outcome
 
     placement = None
