@@ -84,6 +84,25 @@ class PodFields(_Open):
     spec: PodSpec | None = None
 
 
+class NodeMetadata(_Open):
+    """v1.ObjectMeta of a candidate Node: gpupack reads its name only."""
+
+    name: str = Field(min_length=1)
+
+
+class NodeItem(_Open):
+    """A candidate v1.Node in `Nodes` mode (its facts come from gpupack's own watch, not from here)."""
+
+    metadata: NodeMetadata
+
+
+class NodeItems(_Open):
+    """v1.NodeList as kube-scheduler sends it."""
+
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    items: list[NodeItem] = Field(default_factory=list)
+
+
 class ErrorBody(BaseModel):
     """`{"Error": reason}`: a refused request (400, 408, 413)."""
 
@@ -126,9 +145,18 @@ def _refusals() -> dict[str, Any]:
 
 
 def extender_args_extra(answer: dict[str, Any], description: str) -> dict[str, Any]:
-    """`openapi_extra` of filter/prioritize: ExtenderArgs in (with the Pod described), `answer` out."""
+    """`openapi_extra` of filter/prioritize: ExtenderArgs in (Pod and Nodes described), `answer` out.
+
+    kube-scheduler always sends all three keys, and exactly one of `Nodes` / `NodeNames` is non-null.
+    """
     schema = schema_of(ExtenderArgs)
     schema["properties"]["Pod"] = schema_of(PodFields)
+    schema["properties"]["Nodes"] = {"anyOf": [schema_of(NodeItems), {"type": "null"}]}
+    schema["required"] = ["Pod", "Nodes", "NodeNames"]
+    schema["oneOf"] = [
+        {"properties": {"Nodes": {"type": "null"}, "NodeNames": {"type": "array"}}},
+        {"properties": {"Nodes": {"type": "object"}, "NodeNames": {"type": "null"}}},
+    ]
     return {"requestBody": _body(schema), "responses": {"200": _answer(description, answer), **_refusals()}}
 
 

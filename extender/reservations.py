@@ -6,8 +6,12 @@
 
 - ASSUMED: filter chose a node and placement; the capacity is held and a TTL runs.
 - BINDING: bind is writing the annotation and the Binding; no TTL while the writes are in flight.
-  `finish_bind` (the Binding was created) restarts the TTL: if the informer never shows the pod
-  bound, the hold is dropped like an unconfirmed assume in kube-scheduler.
+  Once the Binding exists (`finish_bind`) the pod *is* bound, so there is no TTL either: releasing
+  the hold before the informer shows the pod would let the next filter hand out capacity the pod
+  uses (kube-scheduler stopped expiring bound assumed pods for this reason, kubernetes#106361).
+  The hold ends when the informer confirms it, the pod or node goes, or — for a pod deleted
+  while the watch was down and never seen again — at the first relist more than a TTL after the
+  Binding was made (`orphans`: such a list must have shown the pod, had it still existed).
 - CONFIRMED: the informer saw the pod bound with this placement; the pod itself now holds the
   capacity and the reservation leaves the book.
 - FORGOTTEN: bind failed, the pod was deleted, its node vanished or the TTL expired; the caller
@@ -49,7 +53,8 @@ class Reservation:
     placement: Placement
     request: PodRequest
     state: ReservationState
-    deadline: float | None  # None while the bind writes are in flight
+    deadline: float | None  # None once bind has started
+    bound_at: float | None = None  # when the Binding was created
 
     @property
     def node(self) -> str:
@@ -104,12 +109,17 @@ class ReservationBook:
         return reservation
 
     def finish_bind(self, uid: str) -> Reservation | None:
-        """The Binding exists: restart the TTL until the informer confirms."""
+        """The Binding exists: hold (no TTL) until the informer confirms; remember when."""
         reservation = self._live.get(uid)
         if reservation is None or reservation.state != ReservationState.BINDING:
             return None
-        reservation.deadline = self.clock() + self.ttl
+        reservation.bound_at = self.clock()
         return reservation
+
+    def orphans(self) -> list[Reservation]:
+        """Finished binds older than the TTL still unconfirmed: right after a relist, their pods are gone."""
+        cutoff = self.clock() - self.ttl
+        return [r for r in self._live.values() if r.bound_at is not None and r.bound_at <= cutoff]
 
     def confirm(self, uid: str) -> Reservation | None:
         """ASSUMED/BINDING -> CONFIRMED: the pod is bound; it leaves the book (its capacity stays held)."""

@@ -44,6 +44,8 @@ class Weights(_Section):
     model_fit: float = Field(_DEFAULT_WEIGHTS.model_fit, ge=0)
     price: float = Field(_DEFAULT_WEIGHTS.cost, ge=0)
     spot: float = Field(_DEFAULT_WEIGHTS.spot, ge=0)
+    spot_avoid: float = Field(_DEFAULT_WEIGHTS.spot_avoid, ge=0)
+    order: float = Field(_DEFAULT_WEIGHTS.order, ge=0)
 
     def to_gpupack(self) -> GpupackWeights:
         """The scoring core's weights model."""
@@ -54,6 +56,8 @@ class Weights(_Section):
             model_fit=self.model_fit,
             cost=self.price,
             spot=self.spot,
+            spot_avoid=self.spot_avoid,
+            order=self.order,
         )
 
 

@@ -22,10 +22,10 @@ Pods — how a bound, non-terminal pod consumes capacity (also the rule after a 
 Reservations (extender.reservations): filter commits the chosen placement at once, so the next
 filter sees it; the informer showing the pod bound with that same assignment confirms it (no second
 commit); pod deletion, bind failure, node loss or TTL expiry (of a reservation not yet bound)
-releases it. A bind without a live
-reservation (it expired, or gpupack restarted between filter and bind) re-decides the pod on the
-bind's node from the request it saw in filter or in the source's pending pods, and binds it when it
-still fits; otherwise it answers a bind `Error` with the reason.
+releases it. A bind without a live reservation (it expired, or gpupack restarted between filter
+and bind) re-decides the pod on the bind's node from the request it saw in filter or in the
+source's pending pods, and binds it when it still fits; otherwise it answers a bind `Error` with
+the reason.
 
 Before the source's first `Synced` nothing is decided: filter answers an `Error` and bind refuses,
 because a partial picture could hand out a GPU that a not-yet-listed pod holds.

@@ -34,8 +34,8 @@ MODE_NONE, MODE_STATIC, MODE_DYNAMIC = 0, 1, 2
 P_GPUPACK, P_RANDOM, P_DOT, P_CLUSTER, P_PACKING, P_BESTFIT, P_FGD, P_KUBE, P_FIRSTFIT = range(9)
 
 # params vector indices (one layout for every policy; unused entries are ignored)
-W_FRAG, W_PACK, W_TOPO, W_MODEL, W_SPOT, W_COST, SPOT_FORBID, TOPO_SETS, FRAG_STEP, W_ORDER = range(10)
-N_PARAMS = 10
+W_FRAG, W_PACK, W_TOPO, W_MODEL, W_SPOT, W_COST, SPOT_FORBID, TOPO_SETS, FRAG_STEP, W_ORDER, W_SPOT_AVOID = range(11)
+N_PARAMS = 11
 
 # verdict codes per node (0 = feasible)
 OK, NOT_CANDIDATE, NO_CPU, NO_MEMORY, NO_POD_SLOT, MODEL_NOT_ALLOWED, NO_GPU, NO_MIG, SPOT_FORBIDDEN = range(9)
@@ -328,7 +328,7 @@ def node_score(
         if kind != KIND_NONE and max_memory > 0:
             score -= params[W_MODEL] * model_memory[model_a[n]] / max_memory
         if spot_a[n]:
-            score += params[W_SPOT] if req[5] else -params[W_SPOT]
+            score += params[W_SPOT] if req[5] else -params[W_SPOT_AVOID]
         if max_price > 0 and not math.isnan(price_a[n]) and pods_free_a[n] == pods_cap_a[n]:
             # the marginal cost of a pod is the price of the node it switches on
             score -= params[W_COST] * price_a[n] / max_price

@@ -31,7 +31,7 @@ class GpupackWeights(BaseModel):
             + topology * (NVLink quality of a multi-GPU set, 0..1: 3/4 share of NVLinked pairs,
                           1/4 affinity against the best set the node could offer)
             - model_fit * (GPU memory of the node's model / largest in the cluster)
-            ± spot (interruptible pods gain it on spot nodes, others lose it)
+            + spot (interruptible pods on spot nodes) - spot_avoid (the others on spot nodes)
             - cost * (price of the node / highest among candidates), when the pod is the node's first:
               a busy node costs nothing more, an idle one is switched on
     """
@@ -43,8 +43,9 @@ class GpupackWeights(BaseModel):
     topology: float = Field(3.0, ge=0, description="NVLink quality of multi-GPU sets")
     model_fit: float = Field(0.05, ge=0, description="prefer smaller GPU models that fit")
     spot: float = Field(0.5, ge=0, description="spot affinity of interruptible pods")
+    spot_avoid: float = Field(5.0, ge=0, description="non-interruptible pods on spot: only when little else fits")
     cost: float = Field(1.0, ge=0, description="avoid switching on expensive idle nodes")
-    order: float = Field(0.0, ge=0, description="prefer nodes early in a fixed order (consolidation), in GPUs")
+    order: float = Field(0.05, ge=0, description="prefer nodes early in a fixed order (consolidation), in GPUs")
     frag_step: float = Field(
         0.0, description="round fragmentation growth to this many GPUs (negative: FGD's sigmoid buckets)"
     )
@@ -93,6 +94,7 @@ def gpupack(args: GpupackArgs | None = None) -> PolicySpec:
         W_TOPO=w.topology,
         W_MODEL=w.model_fit,
         W_SPOT=w.spot,
+        W_SPOT_AVOID=w.spot_avoid,
         W_COST=w.cost,
         FRAG_STEP=w.frag_step,
         W_ORDER=w.order,

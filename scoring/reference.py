@@ -484,7 +484,7 @@ def node_score(
         if kind != Kind.NONE and ctx.max_memory > 0:
             score -= params[k.W_MODEL] * node.memory_mib / ctx.max_memory
         if node.spot:
-            score += params[k.W_SPOT] if request.interruptible else -params[k.W_SPOT]
+            score += params[k.W_SPOT] if request.interruptible else -params[k.W_SPOT_AVOID]
         if ctx.max_price > 0 and not math.isnan(node.price) and node.pods_free == node.pods_cap:
             score -= params[k.W_COST] * node.price / ctx.max_price
         return float(score)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import uvicorn
 import yaml
 
 from extender.node_facts import facts_from_node
@@ -182,3 +186,69 @@ def assignments_of(pods: Iterable[dict]) -> dict[str, dict[str, Any]]:
         if text is not None:
             out[f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"] = json.loads(text)
     return out
+
+
+GPU_ARRAYS = ("gpu_milli_free", "gpu_whole", "gpu_slices", "gpu_compute", "gpu_me", "gpu_static", "gpu_static_used")
+NODE_ARRAYS = ("node_cpu_free", "node_mem_free", "node_pods_free")
+
+
+def inventory_by_node(inventory: Inventory) -> dict[str, tuple]:
+    """Each node's free capacity (CPU, memory, pod slots and every per-GPU array), by node name."""
+    out = {}
+    for name, row in inventory.index.items():
+        gpus = inventory.gpu_rows(row)
+        node_part = tuple(int(getattr(inventory, a)[row]) for a in NODE_ARRAYS)
+        gpu_part = tuple(tuple(int(v) for v in getattr(inventory, a)[gpus]) for a in GPU_ARRAYS)
+        out[name] = (node_part, gpu_part)
+    return out
+
+
+def live_pods(pods: Iterable[dict]) -> list[dict]:
+    """Pods that hold resources (not Succeeded/Failed)."""
+    return [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+
+
+def assert_matches_rebuild(
+    state: ClusterState, nodes: Iterable[dict], pods: Iterable[dict], settings: Settings | None = None
+) -> ClusterState:
+    """`state` equals a ClusterState rebuilt from scratch from the same objects (annotations included).
+
+    Checks: no reservation is left (they are not part of the objects), every pod holds the same
+    placement in both, every node has the same free capacity in both (nothing leaked or counted
+    twice), the same nodes are unusable, and no placement overlaps another or drives capacity negative.
+    """
+    nodes, pods = list(nodes), live_pods(pods)
+    rebuilt = state_from(nodes, pods, settings or state.settings)
+    with state.lock:
+        assert state.book.live() == [], [r.key for r in state.book.live()]
+        assert state.placements() == rebuilt.placements()
+        assert inventory_by_node(state.inventory) == inventory_by_node(rebuilt.inventory)
+        assert state.bad_nodes() == rebuilt.bad_nodes()
+        assert state.unplaced() == rebuilt.unplaced()
+    usable = [n for n in nodes if n["metadata"]["name"] in rebuilt.inventory.index]
+    assert_no_overlap(usable, rebuilt.placements().values())
+    return rebuilt
+
+
+@contextmanager
+def live_server(state: ClusterState, settings: Settings, args: Any = None) -> Iterator[tuple[str, int]]:
+    """The extender app served by uvicorn on 127.0.0.1 (a free port) in a thread; yields (host, port)."""
+    from extender.app import create_app
+    from extender.service import uvicorn_config
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn_config(create_app(state, settings), settings, args))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.01)
+    try:
+        yield sock.getsockname()
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()

@@ -29,11 +29,10 @@ NAMESPACE = "gpupack-system"
 SERVICE_ACCOUNT = "gpupack-scheduler"
 
 # The gpupack sidecar's ClusterRole, exactly: (API group, resource, verb).
-EXTENDER_RULES = {
-    *{("", "nodes", verb) for verb in ("get", "list", "watch")},
-    *{("", "pods", verb) for verb in ("get", "list", "watch", "patch")},
+EXTENDER_RULES = {  # what extender/sources/kube_api.py calls (tests/test_rbac_usage.py derives it)
+    *{("", "nodes", verb) for verb in ("list", "watch")},
+    *{("", "pods", verb) for verb in ("list", "watch", "patch")},
     ("", "pods/binding", "create"),
-    *{(group, "events", verb) for group in ("", "events.k8s.io") for verb in ("create", "patch")},
 }
 
 

@@ -1,0 +1,396 @@
+"""Faults between kube-scheduler, gpupack and the API server; each ends with "state equals a rebuild".
+
+A `FakeApiServer` (tests/fake_apiserver.py) feeds a real `KubernetesSource` and takes the binder's
+writes, so every fault goes through the same list/watch and bind code as production. After each
+fault the live `ClusterState` must equal one rebuilt from scratch from the same Node and Pod objects
+(annotations written by binds included): same placements, same free capacity on every node — so no
+capacity leaked or counted twice — and no overlap (`assert_matches_rebuild`).
+
+Covered elsewhere and not repeated here: the simple state-level versions in tests/test_state.py
+(test_pod_deleted_between_filter_and_bind_releases, test_node_deleted_while_reserved,
+test_binding_error_rolls_back, test_reservation_ttl_expiry_releases,
+test_expired_reservation_is_re_decided_at_bind_when_it_still_fits) and the concurrent HTTP run in
+tests/test_app_concurrency.py.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from extender.settings import Settings
+from extender.state import NOT_SYNCED, BindError
+from tests.extender_helpers import A100, L4, FakeClock, node, pod
+from tests.fake_apiserver import Extender, FakeApiServer, launch
+
+ASSIGNMENT = "gpupack.io/assignment"
+
+
+@pytest.fixture
+def extenders() -> Iterator[list[Extender]]:
+    started: list[Extender] = []
+    yield started
+    for extender in started:
+        extender.stop()
+
+
+def assignment(server: FakeApiServer, key: str) -> dict | None:
+    text = server.pod(key)["metadata"].get("annotations", {}).get(ASSIGNMENT)
+    return json.loads(text) if text else None
+
+
+# --- watch drops and 410 Gone in the middle of a burst -------------------------------------------------
+
+
+def burst_nodes() -> list[dict]:
+    nodes = [node(f"h100-{i}", mig="dynamic") for i in range(3)]
+    nodes += [node(f"a100-{i}", A100, 8, static_mig={"1g.10gb": 14, "3g.40gb": 4}) for i in range(2)]
+    return nodes + [node(f"l4-{i}", L4, 4) for i in range(3)]
+
+
+def burst_pod(i: int, rng: random.Random) -> dict:
+    roll = rng.random()
+    if roll < 0.35:
+        return pod(f"w{i}", gpus=rng.choice([1, 1, 2, 4]))
+    if roll < 0.7:
+        return pod(f"m{i}", mig=rng.choice(["1g.10gb", "3g.40gb"]))
+    return pod(f"s{i}", milli=rng.choice([100, 300, 500]))
+
+
+def test_watch_drops_and_410_mid_burst_converge_to_a_rebuild(extenders: list[Extender]) -> None:
+    rng = random.Random(5)
+    clock = FakeClock()
+    server = FakeApiServer(burst_nodes(), [burst_pod(i, rng) for i in range(60)])
+    extender = launch(extenders, server, clock=clock)
+    names = [n["metadata"]["name"] for n in burst_nodes()]
+    work: queue.Queue[str | None] = queue.Queue()
+    for key in list(server.pods):
+        work.put(key)
+    outcomes: Counter[str] = Counter()
+    faults: Counter[str] = Counter()
+    bound: list[str] = []
+    lock = threading.Lock()
+
+    def scheduler() -> None:  # kube-scheduler: filter, then bind to the chosen node
+        while (key := work.get()) is not None:
+            try:
+                chosen = extender.filter(key, rng.sample(names, len(names)))
+            except KeyError:
+                outcomes["deleted before filter"] += 1
+                continue
+            if chosen is None:
+                outcomes["unschedulable"] += 1
+                continue
+            try:
+                extender.bind(key, chosen)
+            except (BindError, KeyError):
+                outcomes["bind refused"] += 1
+                continue
+            with lock:
+                outcomes["bound"] += 1
+                bound.append(key)
+
+    def chaos(stop: threading.Event) -> None:  # the API server and the rest of the cluster
+        n = 60
+        while not stop.is_set():
+            roll = rng.random()
+            if roll < 0.2:
+                server.drop_watches()
+                faults["drop"] += 1
+            elif roll < 0.3:
+                server.compact()
+                faults["410"] += 1
+            elif roll < 0.6 and bound:
+                with lock:
+                    victim = bound.pop(rng.randrange(len(bound)))
+                server.delete_pod(victim)
+                faults["delete bound"] += 1
+            elif roll < 0.7:
+                server.delete_pod(rng.choice(list(server.pods)))  # maybe between its filter and bind
+                faults["delete any"] += 1
+            else:
+                obj = burst_pod(n, rng)
+                server.put_pod(obj)
+                work.put(f"default/{obj['metadata']['name']}")
+                n += 1
+            time.sleep(rng.uniform(0.0005, 0.003))
+
+    stop = threading.Event()
+    chaos_thread = threading.Thread(target=chaos, args=(stop,))
+    workers = [threading.Thread(target=scheduler) for _ in range(4)]
+    chaos_thread.start()
+    for worker in workers:
+        worker.start()
+    time.sleep(1.5)
+    stop.set()
+    chaos_thread.join()
+    for _ in workers:
+        work.put(None)
+    for worker in workers:
+        worker.join(30)
+        assert not worker.is_alive()
+
+    assert faults["drop"] > 5 and faults["410"] > 2 and outcomes["bound"] > 20, (faults, outcomes)
+    assert server.list_calls["Pod"] > 1  # the 410s made the source relist
+    # A pod created and deleted while a watch was down was never seen by the source: its hold ends
+    # by TTL (not bound yet) or at the next relist (bound). Let both happen, then compare.
+    clock.advance(extender.settings.reservation_ttl_seconds + 1)
+    extender.relist()
+    extender.state.snapshot()
+    rebuilt = extender.assert_matches_rebuild()
+    assert all(r.how in ("assignment", "reservation") for r in extender.state._pods.values())
+    assert {r.how for r in rebuilt._pods.values()} <= {"assignment"}
+
+
+# --- extender restart between filter and bind ----------------------------------------------------------
+
+
+def test_restart_between_filter_and_bind_re_decides_when_it_still_fits(extenders: list[Extender]) -> None:
+    server = FakeApiServer([node("a", L4, 2), node("b", L4, 2)], [pod("p", gpus=1)])
+    before = launch(extenders, server)
+    chosen = before.filter("default/p", ["a", "b"])
+    assert chosen
+    before.stop()  # the process dies with the reservation; the pod is still pending
+    after = launch(extenders, server)
+    after.bind("default/p", chosen)  # re-decided on the node kube-scheduler names, from the watched pod
+    assert server.pod("default/p")["spec"]["nodeName"] == chosen
+    assert assignment(server, "default/p")["node"] == chosen
+    after.assert_matches_rebuild()
+
+
+def test_restart_between_filter_and_bind_refuses_clearly_when_it_no_longer_fits(extenders: list[Extender]) -> None:
+    server = FakeApiServer([node("a", L4, 1)], [pod("p", gpus=1), pod("q", gpus=1)])
+    before = launch(extenders, server)
+    assert before.filter("default/p", ["a"]) == "a"
+    before.stop()
+    after = launch(extenders, server)
+    assert after.filter("default/q", ["a"]) == "a"  # the restarted extender gave the GPU to q...
+    after.bind("default/q", "a")
+    with pytest.raises(BindError) as refused:  # ...so p's late bind cannot have it
+        after.bind("default/p", "a")
+    assert refused.value.kind == "no-fit" and "no longer fits on a" in refused.value.reason
+    assert "nodeName" not in server.pod("default/p")["spec"] and assignment(server, "default/p") is None
+    after.assert_matches_rebuild()
+
+
+def test_bind_before_the_restarted_extender_synced_is_refused() -> None:
+    server = FakeApiServer([node("a", L4, 1)], [pod("p", gpus=1)])
+    extender = Extender(server)  # not started: nothing listed yet
+    with pytest.raises(BindError) as refused:
+        extender.bind("default/p", "a")
+    assert refused.value.kind == "not-synced" and refused.value.reason == NOT_SYNCED
+    assert "nodeName" not in server.pod("default/p")["spec"]
+
+
+def test_bind_of_a_pod_never_seen_is_refused_with_a_reason(extenders: list[Extender]) -> None:
+    server = FakeApiServer([node("a", L4, 1)])
+    extender = launch(extenders, server)
+    with pytest.raises(BindError) as refused:
+        extender.state.bind("default", "ghost", "uid-ghost", "a")
+    assert refused.value.kind == "no-reservation"
+    extender.assert_matches_rebuild()
+
+
+# --- pod deleted between filter and bind ---------------------------------------------------------------
+
+
+def test_pod_deleted_between_filter_and_bind(extenders: list[Extender]) -> None:
+    server = FakeApiServer([node("a", L4, 1)], [pod("p", gpus=1)])
+    extender = launch(extenders, server)
+    obj = server.pod("default/p")
+    assert extender.filter("default/p", ["a"]) == "a"
+    server.delete_pod("default/p")
+    extender.caught_up()
+    assert extender.state.snapshot().gpus_allocated == 0  # the deletion released the reservation
+    with pytest.raises(BindError) as refused:
+        extender.state.bind("default", "p", obj["metadata"]["uid"], "a")
+    assert refused.value.kind == "no-reservation"
+    extender.assert_matches_rebuild()
+
+
+def test_pod_deleted_while_its_bind_is_in_flight(extenders: list[Extender]) -> None:
+    server = FakeApiServer([node("a", L4, 1)], [pod("p", gpus=1)])
+    extender = launch(extenders, server)
+    assert extender.filter("default/p", ["a"]) == "a"
+
+    def deleted_under_our_feet(namespace: str, name: str) -> None:
+        server.delete_pod(f"{namespace}/{name}")
+
+    server.fail_patch = deleted_under_our_feet
+    with pytest.raises(BindError) as refused:
+        extender.bind("default/p", "a")
+    assert refused.value.kind == "annotate" and "404" in refused.value.reason
+    extender.assert_matches_rebuild()
+    assert extender.state.snapshot().gpus_allocated == 0
+
+
+# --- node deleted or relabelled while pods are reserved on it ------------------------------------------
+
+
+def test_node_deleted_while_reserved(extenders: list[Extender]) -> None:
+    server = FakeApiServer([node("a", L4, 2), node("b", L4, 2)], [pod("p", gpus=2), pod("q", gpus=1)])
+    extender = launch(extenders, server)
+    assert extender.filter("default/p", ["a"]) == "a"
+    assert extender.filter("default/q", ["a"]) is None  # a is fully reserved
+    server.delete_node("a")
+    extender.caught_up()
+    with pytest.raises(BindError) as refused:
+        extender.bind("default/p", "a")
+    assert refused.value.kind == "node-unknown"
+    extender.assert_matches_rebuild()
+    assert extender.filter("default/q", ["b"]) == "b"  # nothing of p's hold survived anywhere
+    extender.bind("default/q", "b")
+    extender.assert_matches_rebuild()
+
+
+def relabel(obj: dict, how: str) -> dict:
+    changed = json.loads(json.dumps(obj))
+    labels, notes = changed["metadata"]["labels"], changed["metadata"]["annotations"]
+    if how == "fewer GPUs":
+        labels["nvidia.com/gpu.count"] = "1"
+        for part in ("allocatable", "capacity"):
+            changed["status"][part]["nvidia.com/gpu"] = "1"
+    elif how == "other product":
+        labels["nvidia.com/gpu.product"] = A100
+    elif how == "cordoned":
+        changed["spec"]["unschedulable"] = True
+    elif how == "garbage topology":
+        notes["gpupack.io/gpu-topology"] = json.dumps({"nvlink": [[0, 1], [1, 0]]})  # 2x2 on 8 GPUs
+    elif how == "garbage mig annotation":
+        notes["gpupack.io/mig"] = "sometimes"
+    return changed
+
+
+@pytest.mark.parametrize(
+    ("how", "binds"),
+    [
+        # one GPU left: w's two GPUs no longer fit (forgotten; its bind re-decides and fails); p's
+        # two 1g instances still fit only if they were placed on GPU 0
+        ("fewer GPUs", {"default/w": False}),
+        ("other product", {"default/p": True, "default/w": True}),  # 1g.10gb exists on A100-80GB too
+        ("cordoned", {"default/p": True, "default/w": True}),  # chosen before the cordon: bound
+        ("garbage topology", {"default/p": False, "default/w": False}),  # the node becomes unusable
+        ("garbage mig annotation", {"default/p": False, "default/w": False}),
+    ],
+)
+def test_node_relabelled_while_reserved(extenders: list[Extender], how: str, binds: dict[str, bool]) -> None:
+    h100 = node("h", mig="dynamic")
+    held = {"node": "h", "gpus": [{"index": 0, "mig": "1g.10gb", "start": 0}]}
+    bound = pod("old", mig="1g.10gb", node_name="h", assignment=held)
+    server = FakeApiServer([h100], [bound, pod("p", mig="1g.10gb", mig_count=2), pod("w", gpus=2)])
+    extender = launch(extenders, server)
+    assert extender.filter("default/p", ["h"]) == "h"
+    assert extender.filter("default/w", ["h"]) == "h"
+    server.put_node(relabel(h100, how))
+    extender.caught_up()
+    for key in ("default/p", "default/w"):
+        try:
+            extender.bind(key, "h")
+        except BindError as refused:
+            assert binds.get(key) is not True, refused.reason
+            assert refused.kind in ("no-fit", "node-unknown"), refused.reason
+            assert "nodeName" not in server.pod(key)["spec"]
+        else:
+            assert binds.get(key) is not False
+            assert server.pod(key)["spec"]["nodeName"] == "h"
+    extender.assert_matches_rebuild()
+
+
+# --- bind API call fails after the annotation patch ----------------------------------------------------
+
+
+@pytest.mark.parametrize("fault", ["binding refused", "rollback fails too", "binding made, answer lost"])
+def test_binding_failure_after_the_patch_never_leaves_a_claim(extenders: list[Extender], fault: str) -> None:
+    server = FakeApiServer([node("a", L4, 2)], [pod("p", gpus=1)])
+    extender = launch(extenders, server)
+    assert extender.filter("default/p", ["a"]) == "a"
+    error = ApiException(status=500, reason="etcdserver: request timed out")
+    if fault == "binding made, answer lost":
+        server.bind_then_fail = lambda ns, name: error
+    else:
+        server.fail_binding = lambda ns, name: error
+    if fault == "rollback fails too":
+        patches = iter([None, error])  # the annotation goes on, its removal fails
+        server.fail_patch = lambda ns, name: next(patches)
+    with pytest.raises(BindError) as refused:
+        extender.bind("default/p", "a")
+    assert refused.value.kind == "binding" and "HTTP 500" in refused.value.reason
+    obj = server.pod("default/p")
+    if fault == "rollback fails too":
+        # the annotation stays on a pod that is not bound: an unbound pod holds nothing
+        assert ASSIGNMENT in obj["metadata"]["annotations"] and "nodeName" not in obj["spec"]
+    else:
+        assert ASSIGNMENT not in obj["metadata"]["annotations"]
+    extender.assert_matches_rebuild()
+    # kube-scheduler retries: filter and bind again; the leftover annotation (if any) is overwritten
+    server.fail_binding = server.bind_then_fail = server.fail_patch = None
+    if "nodeName" not in server.pod("default/p")["spec"]:
+        assert extender.filter("default/p", ["a"]) == "a"
+        extender.bind("default/p", "a")
+    rebuilt = extender.assert_matches_rebuild()
+    assert rebuilt.snapshot().gpus_allocated == 1
+
+
+# --- reservation TTL expiry ----------------------------------------------------------------------------
+
+
+def test_unbound_reservation_expires_and_the_capacity_returns(extenders: list[Extender]) -> None:
+    clock = FakeClock()
+    server = FakeApiServer([node("a", L4, 1)], [pod("p", gpus=1), pod("q", gpus=1)])
+    extender = launch(extenders, server, settings=Settings(reservation_ttl_seconds=5), clock=clock)
+    assert extender.filter("default/p", ["a"]) == "a"
+    assert extender.filter("default/q", ["a"]) is None
+    clock.advance(5.5)
+    extender.state.snapshot()  # any read expires what is due
+    extender.assert_matches_rebuild()
+    assert extender.state.book.ended["expired"] == 1
+    assert extender.filter("default/q", ["a"]) == "a"
+    extender.bind("default/q", "a")
+    with pytest.raises(BindError) as refused:  # p's bind after its expiry: re-decided, no room
+        extender.bind("default/p", "a")
+    assert refused.value.kind == "no-fit"
+    extender.assert_matches_rebuild()
+
+
+def test_bound_reservation_outlives_the_ttl_while_the_informer_lags(extenders: list[Extender]) -> None:
+    """The Binding exists but the watch has not shown it: the hold must not expire (kubernetes#106361)."""
+    clock = FakeClock()
+    server = FakeApiServer([node("a", L4, 1)], [pod("p", gpus=1), pod("q", gpus=1)])
+    extender = launch(extenders, server, settings=Settings(reservation_ttl_seconds=5), clock=clock)
+    assert extender.filter("default/p", ["a"]) == "a"
+    server.pause()
+    extender.bind("default/p", "a")
+    clock.advance(60)
+    assert extender.filter("default/q", ["a"]) is None  # p's GPU is not handed out again
+    server.resume()
+    rebuilt = extender.assert_matches_rebuild()
+    assert rebuilt.snapshot().gpus_allocated == 1
+    assert extender.state.book.ended["confirmed"] == 1
+
+
+def test_orphaned_bound_reservation_is_released_at_the_next_relist(extenders: list[Extender]) -> None:
+    """A pod created, bound and deleted while the watch was down is never seen: a later relist frees it."""
+    clock = FakeClock()
+    server = FakeApiServer([node("a", L4, 1)], [pod("q", gpus=1)])
+    extender = launch(extenders, server, settings=Settings(reservation_ttl_seconds=5), clock=clock)
+    server.pause()
+    server.put_pod(pod("p", gpus=1))  # kube-scheduler's informer sees it; gpupack's watch is stuck
+    assert extender.filter("default/p", ["a"]) == "a"
+    extender.bind("default/p", "a")
+    server.delete_pod("default/p")
+    server.resume()
+    extender.relist()  # too early: a bind younger than the TTL may not be in the list yet
+    assert len(extender.state.book.live()) == 1
+    clock.advance(6)
+    extender.relist()
+    assert extender.state.book.live() == [] and extender.state.book.ended["pod gone"] == 1
+    extender.assert_matches_rebuild()
+    assert extender.filter("default/q", ["a"]) == "a"

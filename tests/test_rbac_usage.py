@@ -1,0 +1,115 @@
+"""The gpupack-extender ClusterRole grants exactly the API calls the extender's code makes.
+
+The calls are read from the code, not listed by hand: every `self._core.<method>` of
+extender/sources/kube_api.py is resolved through the installed Kubernetes client to its HTTP method
+and path (`CoreV1Api._<method>_serialize`), which gives the RBAC (apiGroup, resource, verb); a list
+method handed to `self._watch` is the `watch` verb. Any other Kubernetes API object constructed
+anywhere under extender/ would bypass that scan, so the test refuses it too.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+ROOT = Path(__file__).resolve().parents[1]
+KUBE_API = ROOT / "extender" / "sources" / "kube_api.py"
+RBAC = ROOT / "manifests" / "rbac.yaml"
+
+_SERIALIZE = re.compile(r"method='(?P<method>[A-Z]+)',\s*resource_path='(?P<path>[^']+)'")
+_VERBS = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
+
+
+def rbac_of(api_method: str, watched: bool) -> tuple[str, str, str]:
+    """(apiGroup, resource[/subresource], verb) of one CoreV1Api method, from its HTTP method and path."""
+    source = inspect.getsource(getattr(client.CoreV1Api, f"_{api_method}_serialize"))
+    match = _SERIALIZE.search(source)
+    assert match, f"cannot read the HTTP call of CoreV1Api.{api_method}"
+    parts = match["path"].strip("/").split("/")
+    group = "" if parts[0] == "api" else parts[1]
+    rest = parts[2:] if parts[0] == "api" else parts[3:]
+    if rest[:1] == ["namespaces"] and len(rest) > 2:
+        rest = rest[2:]  # namespaces/{namespace}/<resource>...
+    resource, named, subresource = rest[0], len(rest) > 1, rest[2] if len(rest) > 2 else None
+    reading = "get" if named else ("watch" if watched else "list")
+    verb = reading if match["method"] == "GET" else _VERBS[match["method"]]
+    return group, f"{resource}/{subresource}" if subresource else resource, verb
+
+
+def calls_in_code() -> set[tuple[str, str, str]]:
+    """Every (apiGroup, resource, verb) the extender's Kubernetes client makes."""
+    tree = ast.parse(KUBE_API.read_text())
+    used: set[tuple[str, str, str]] = set()
+    watched: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _is_self_attr(node.func, "_watch"):
+            watched.update(id(arg) for arg in node.args)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _is_self_attr(node.value, "_core"):
+            used.add(rbac_of(node.attr, id(node) in watched))
+    return used
+
+
+def _is_self_attr(node: ast.AST, name: str) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == name
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    )
+
+
+def granted() -> set[tuple[str, str, str]]:
+    """The (apiGroup, resource, verb) triples of the gpupack-extender ClusterRole."""
+    (role,) = [
+        d
+        for d in yaml.safe_load_all(RBAC.read_text())
+        if d and d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpupack-extender"
+    ]
+    rules: list[dict[str, Any]] = role["rules"]
+    assert all(set(rule) == {"apiGroups", "resources", "verbs"} for rule in rules)
+    return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+
+
+def test_the_code_makes_the_calls_gpupack_needs() -> None:
+    assert calls_in_code() == {
+        ("", "nodes", "list"),
+        ("", "nodes", "watch"),
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+        ("", "pods", "patch"),
+        ("", "pods/binding", "create"),
+    }
+
+
+def test_cluster_role_grants_nothing_the_code_does_not_use() -> None:
+    rules = granted()
+    assert rules - calls_in_code() == set(), "granted but never called"
+    assert calls_in_code() - rules == set(), "called but not granted"
+    assert not any("*" in part for rule in rules for part in rule)
+
+
+def test_no_other_kubernetes_api_client_in_the_extender() -> None:
+    """Only kube_api.py talks to the API server, and only through CoreV1Api."""
+    constructed: dict[str, set[str]] = {}
+    for path in (ROOT / "extender").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                if re.fullmatch(r"[A-Z]\w*V\d\w*Api|CustomObjectsApi|DynamicClient", name):
+                    constructed.setdefault(str(path.relative_to(ROOT)), set()).add(name)
+    assert constructed == {"extender/sources/kube_api.py": {"CoreV1Api"}}
+
+
+def test_rbac_of_reads_the_client() -> None:
+    assert rbac_of("list_node", watched=False) == ("", "nodes", "list")
+    assert rbac_of("list_pod_for_all_namespaces", watched=True) == ("", "pods", "watch")
+    assert rbac_of("read_namespaced_pod", watched=False) == ("", "pods", "get")
+    assert rbac_of("create_namespaced_pod_binding", watched=False) == ("", "pods/binding", "create")
+    assert rbac_of("create_namespaced_event", watched=False) == ("", "events", "create")

@@ -1,0 +1,268 @@
+"""Security defaults: loopback unless told otherwise, optional TLS, size and time limits, quiet logs.
+
+The size limit itself is proven by tests/test_app_bad_input.py::test_body_over_the_limit_gets_413
+(with and without Content-Length); RBAC least privilege by tests/test_rbac_usage.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+from kubernetes.client.exceptions import ApiException
+
+from extender.app import create_app
+from extender.cli import build_parser
+from extender.logs import JsonFormatter
+from extender.service import uvicorn_config
+from extender.settings import Settings, load_settings
+from extender.sources import PodUpserted
+from extender.state import ClusterState
+from tests.extender_helpers import EXAMPLE_CLUSTER, L4, file_state, live_server, node, pod, write_cluster
+
+LOOPBACK_HEX = "0100007F"  # 127.0.0.1 as /proc/net/tcp spells it
+
+
+# --- listen address ----------------------------------------------------------------------------------
+
+
+def test_default_listen_address_is_loopback() -> None:
+    assert Settings().host == "127.0.0.1"
+    args = build_parser().parse_args(["serve", "--cluster-file", "c.yaml"])
+    assert args.host is None and args.tls_cert is None and args.tls_key is None
+    settings = load_settings(args.config, host=args.host, port=args.port)
+    assert settings.host == "127.0.0.1"
+    assert uvicorn_config(object(), settings, args).host == "127.0.0.1"
+    told = build_parser().parse_args(["serve", "--host", "0.0.0.0"])
+    assert load_settings(None, host=told.host).host == "0.0.0.0"  # only when told
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def listening_addresses(port: int) -> set[str]:
+    """Local addresses (hex, as in /proc/net/tcp) of the sockets listening on `port`."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            address, hex_port = fields[1].split(":")
+            if int(hex_port, 16) == port and fields[3] == "0A":  # 0A: LISTEN
+                found.add(address)
+    return found
+
+
+@contextmanager
+def gpupack_serve(*extra: str) -> Iterator[int]:
+    """`gpupack serve --cluster-file <example>` in a child process; yields its port once it answers."""
+    port = free_port()
+    command = [sys.executable, "-m", "extender.cli", "serve", "--cluster-file", str(EXAMPLE_CLUSTER)]
+    child = subprocess.Popen([*command, "--port", str(port), *extra], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not listening_addresses(port):
+            assert child.poll() is None, child.stderr.read() if child.stderr else "exited"
+            assert time.monotonic() < deadline, "gpupack serve did not start listening"
+            time.sleep(0.1)
+        yield port
+    finally:
+        child.terminate()
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(5)
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux /proc/net/tcp to read listeners")
+def test_gpupack_serve_listens_on_loopback_only() -> None:
+    with gpupack_serve() as port:
+        assert listening_addresses(port) == {LOOPBACK_HEX}
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10).status_code == 200
+
+
+# --- TLS -----------------------------------------------------------------------------------------------
+
+
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (openssl CLI; cryptography is not a dependency)."""
+    cert, key = folder / "tls.crt", folder / "tls.key"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+            "-keyout", str(key), "-out", str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+needs_openssl = pytest.mark.skipif(
+    shutil.which("openssl") is None, reason="no openssl CLI to make a self-signed certificate"
+)
+
+
+@needs_openssl
+def test_tls_serves_https_with_the_given_certificate(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path)
+    with gpupack_serve("--tls-cert", str(cert), "--tls-key", str(key)) as port:
+        with httpx.Client(verify=httpx.create_ssl_context(verify=str(cert)), timeout=10) as client:
+            response = client.get(f"https://127.0.0.1:{port}/healthz")
+            assert response.status_code == 200 and response.json() == {"status": "ok"}
+            assert response.http_version == "HTTP/1.1"
+        with pytest.raises(httpx.HTTPError):  # the certificate is not trusted by default
+            httpx.get(f"https://127.0.0.1:{port}/healthz", timeout=10)
+        with pytest.raises(httpx.HTTPError):  # and plain HTTP is not served on the TLS port
+            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10)
+
+
+# --- time limit ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_cluster(tmp_path: Path) -> tuple[ClusterState, Settings]:
+    path = write_cluster(tmp_path / "c.yaml", [node("a", L4, 2), pod("p", gpus=1)])
+    settings = Settings(verb_timeout_seconds=0.3)
+    state, _ = file_state(path, settings)
+    return state, settings
+
+
+def test_a_slow_verb_is_answered_in_its_own_terms_within_the_limit(small_cluster, monkeypatch) -> None:
+    state, settings = small_cluster
+    real = state.decide_for_filter
+
+    def slow(*args, **kwargs):
+        time.sleep(1.0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(state, "decide_for_filter", slow)
+    client = TestClient(create_app(state, settings))
+    body = orjson.dumps({"Pod": pod("p", gpus=1), "Nodes": None, "NodeNames": ["a"]})
+    started = time.perf_counter()
+    response = client.post("/filter", content=body)
+    took = time.perf_counter() - started
+    assert response.status_code == 200 and "took longer than 0.3 s" in response.json()["Error"]
+    assert took < 0.9
+    assert client.get("/healthz").status_code == 200  # answered while the slow filter still runs
+    time.sleep(1.0)
+    monkeypatch.setattr(state, "decide_for_filter", real)
+    retry = client.post("/filter", content=body).json()  # kube-scheduler retries: the late decision is reused
+    assert retry["NodeNames"] == ["a"] and state.book.ended == {}
+
+
+def test_a_body_that_does_not_arrive_in_time_gets_408(small_cluster) -> None:
+    state, settings = small_cluster
+    with live_server(state, settings) as (host, port):
+        with socket.create_connection((host, port), timeout=5) as sock:
+            head = "POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+            sock.sendall(head.encode() + b'{"Pod": ')  # ... and then nothing more
+            started = time.perf_counter()
+            answer = sock.recv(4096).decode()
+            assert answer.startswith("HTTP/1.1 408") and "not received within 0.3 s" in answer
+            assert time.perf_counter() - started < 2
+        assert httpx.get(f"http://{host}:{port}/healthz").status_code == 200
+
+
+# --- logs ----------------------------------------------------------------------------------------------
+
+SECRETS = ("hunter2-db-password", "tok-3f9a-SECRET", "registry.example.com/secret-image", "--api-key=")
+
+
+def secret_pod(name: str) -> dict:
+    obj = pod(name, gpus=1)
+    container = obj["spec"]["containers"][0]
+    container["image"] = "registry.example.com/secret-image:1.0"
+    container["env"] = [
+        {"name": "DB_PASSWORD", "value": "hunter2-db-password"},
+        {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}},
+    ]
+    container["args"] = ["--api-key=tok-3f9a-SECRET"]
+    obj["spec"]["containers"].append({**container, "name": "sidecar", "resources": {"limits": {"cpu": "x"}}})
+    return obj
+
+
+class Refusing:
+    """A cluster writer whose every call fails with `error`."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def patch_pod_annotations(self, *_: object) -> None:
+        raise self.error
+
+    def create_binding(self, *_: object) -> None:
+        raise self.error
+
+
+def test_logs_never_carry_pod_specs_or_secrets(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    bound_garbage = secret_pod("bound")
+    bound_garbage["spec"]["nodeName"] = "a"  # a bound pod with an unreadable request: logged as a warning
+    path = write_cluster(tmp_path / "c.yaml", [node("a", L4, 4), secret_pod("ok"), secret_pod("fails")])
+    settings = Settings()
+    with caplog.at_level(logging.DEBUG):
+        state, source = file_state(path, settings)
+        client = TestClient(create_app(state, settings))
+        for obj in source.pods:
+            obj["spec"]["containers"].pop()  # a readable request this time
+            args = orjson.dumps({"Pod": obj, "Nodes": None, "NodeNames": ["a"]})
+            assert client.post("/filter", content=args).json()["NodeNames"] == ["a"]
+            client.post("/prioritize", content=args)
+        bind = {"PodName": "ok", "PodNamespace": "default", "PodUID": "uid-default-ok", "Node": "a"}
+        assert client.post("/bind", json=bind).json() == {"Error": ""}
+
+        leaky = ApiException(status=422, reason="Unprocessable")
+        leaky.body = orjson.dumps(secret_pod("fails")).decode()  # an API error echoing the whole pod
+        state.writer = Refusing(leaky)
+        bind = {**bind, "PodName": "fails", "PodUID": "uid-default-fails"}
+        assert "HTTP 422" in client.post("/bind", json=bind).json()["Error"]
+        state.apply(PodUpserted(bound_garbage))
+        client.post("/filter", content=orjson.dumps({"Pod": secret_pod("bad"), "Nodes": None, "NodeNames": ["a"]}))
+    lines = [JsonFormatter().format(record) for record in caplog.records]
+    assert any('"msg":"decision"' in line for line in lines)  # decisions were logged...
+    assert any("holds nothing" in line for line in lines) and any("HTTP 422" in line for line in lines)
+    for line in lines:  # ...but never what the pod carries
+        for secret in SECRETS:
+            assert secret not in line, line
+        assert '"containers"' not in line and '"env"' not in line and "secretKeyRef" not in line, line
+
+
+def test_uvicorn_access_log_is_off() -> None:
+    config = uvicorn_config(object(), Settings(), argparse.Namespace(tls_cert=None, tls_key=None))
+    assert config.access_log is False
+
+
+def test_within_leaves_the_slow_work_running() -> None:
+    from extender.app import TooSlow, within
+
+    async def scenario() -> list[str]:
+        done: list[str] = []
+
+        async def work() -> bytes:
+            await asyncio.sleep(0.2)
+            done.append("finished")
+            return b"late"
+
+        with pytest.raises(TooSlow):
+            await within(work(), 0.05)
+        await asyncio.sleep(0.3)
+        return done
+
+    assert asyncio.run(scenario()) == ["finished"]
