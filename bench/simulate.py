@@ -55,9 +55,14 @@ class RunResult:
             "seconds": round(self.seconds, 3),
         }
         if with_placements:
-            out["scheduled"] = list(self.placements)
-            out["placements"] = {name: p.to_assignment() for name, p in self.placements.items()}
+            out["scheduled"] = [_pod_key(name) for name in self.placements]
+            out["placements"] = {_pod_key(name): p.to_assignment() for name, p in self.placements.items()}
         return out
+
+
+def _pod_key(name: str) -> str:
+    """`namespace/name` (DESIGN.md §6); trace pods without a namespace are in `default`."""
+    return name if "/" in name else f"default/{name}"
 
 
 def _round(value: float | None) -> float | None:
