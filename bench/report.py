@@ -273,7 +273,13 @@ def run_report(config: BenchConfig, out: Path, log: Callable[[str], None] = lamb
         "sections": {name: s.to_json() for name, s in sections.items()},
     }
     (out / "results.json").write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
-    (out / "REPORT.md").write_text(render(asdict(config), info, sections, clusters), encoding="utf-8")
+    text = render(asdict(config), info, sections, clusters)
+    soak = out / "soak.md"
+    if soak.exists():
+        # the soak is its own, longer run (`python -m bench.soak`); included as it was written
+        text += "\n## 6. Soak (separate run of `python -m bench.soak`, its own numbers)\n\n"
+        text += soak.read_text(encoding="utf-8").split("\n", 1)[1].split("```json", 1)[0]
+    (out / "REPORT.md").write_text(text, encoding="utf-8")
     if config.update_readme:
         link = _relative_link(out / "REPORT.md")
         stamp = f"({info['date']}, commit `{str(info['commit'])[:12]}`.)"

@@ -39,13 +39,13 @@ class GpupackWeights(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     frag: float = Field(1.0, ge=0, description="expected fragmentation growth (FGD, learned mix)")
-    pack: float = Field(0.1, ge=0, description="prefer nodes that are already busy")
+    pack: float = Field(0.05, ge=0, description="prefer nodes that are already busy")
     topology: float = Field(3.0, ge=0, description="NVLink quality of multi-GPU sets")
-    model_fit: float = Field(0.05, ge=0, description="prefer smaller GPU models that fit")
+    model_fit: float = Field(0.2, ge=0, description="prefer smaller GPU models that fit")
     spot: float = Field(0.5, ge=0, description="spot affinity of interruptible pods")
     spot_avoid: float = Field(5.0, ge=0, description="non-interruptible pods on spot: only when little else fits")
     cost: float = Field(1.0, ge=0, description="avoid switching on expensive idle nodes")
-    order: float = Field(0.05, ge=0, description="prefer nodes early in a fixed order (consolidation), in GPUs")
+    order: float = Field(0.1, ge=0, description="prefer nodes early in a fixed order (consolidation), in GPUs")
     frag_step: float = Field(
         0.0, description="round fragmentation growth to this many GPUs (negative: FGD's sigmoid buckets)"
     )
