@@ -65,7 +65,8 @@ MIG_RUNS = (
 )
 GRID_LABELS = ("gpupack", "first-fit")
 NVLINK_POLICIES = ("gpupack", "kube-default", "kube-default+besteffort", "best-fit")
-COST_POLICIES = ("gpupack", "kube-default", "best-fit")
+# gpupack[spot_avoid=0]: the same policy without the spot rule, to separate price from the rule
+COST_POLICIES = ("gpupack", "gpupack[spot_avoid=0]", "kube-default", "best-fit")
 SLOW_POLICIES = ("gpupack", "fgd")  # scheduled first so the pool ends evenly
 
 

@@ -109,6 +109,11 @@ def render(
         "load (1.0: one pass up to 100 % of GPU capacity, as specified; 0.6: a part-loaded cluster, where idle "
         "nodes could scale to zero). Busy nodes: nodes holding at least one pod at the end of the run; their "
         "hourly cost is what the cluster costs if the rest scale to zero.\n\n"
+        "Read the cost columns with the spot columns: gpupack keeps pods that are not interruptible off spot "
+        "nodes unless little else fits (DESIGN.md §2), so those pods need on-demand nodes, which cost about "
+        "three times as much; best-fit and kube-default ignore capacity type and put about half of them on "
+        "spot. `gpupack[spot_avoid=0]` is gpupack without that rule, to tell the price of the rule from the price "
+        "of the packing.\n\n"
         + _tables(cost, "cost")
         + "\n\n"
         + _images(cost),

@@ -22,7 +22,7 @@ from scoring.facts import MigMode, NodeFacts, Placement
 from scoring.geometry import SHAPE_COMPUTE, resolve_profile
 from scoring.inventory import Inventory
 from scoring.mix import typical_mix
-from scoring.policies import PolicySpec, TieBreak
+from scoring.policies import GpupackArgs, GpupackWeights, PolicySpec, TieBreak
 from scoring.request import Kind, PodRequest
 
 CURVE_STEP_PCT = 1.0
@@ -70,14 +70,26 @@ def _round(value: float | None) -> float | None:
 
 
 def make_policy(name: str, trace_pods: list[TracePod]) -> PolicySpec:
-    """The named policy; `fgd` gets its oracle: the typical shapes of the whole trace."""
+    """The named policy; `fgd` gets its oracle: the typical shapes of the whole trace.
+
+    `gpupack[spot_avoid=0,pack=0.1]` is gpupack with those weights (scoring.policies.GpupackWeights).
+    """
     if name == "gpupack":
         return policies.gpupack()
+    if name.startswith("gpupack[") and name.endswith("]"):
+        return policies.gpupack(GpupackArgs(weights=GpupackWeights(**_weights(name[len("gpupack[") : -1]))))
     if name == "fgd":
         return policies.fgd(typical_mix(p.request for p in trace_pods))
     if name.endswith("+besteffort"):
         return policies.baseline(name.removesuffix("+besteffort"), topology_sets=True)
     return policies.baseline(name)
+
+
+def _weights(text: str) -> dict[str, float]:
+    try:
+        return {key.strip(): float(value) for key, value in (item.split("=", 1) for item in text.split(","))}
+    except ValueError:
+        raise ValueError(f"policy weights must look like key=number,...: {text!r}") from None
 
 
 def build_inventory(nodes: list[NodeFacts]) -> Inventory:

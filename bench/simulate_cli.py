@@ -9,20 +9,21 @@ import orjson
 
 from bench.load import load_trace
 from bench.plots import allocation_curves
-from bench.simulate import simulate, with_dynamic_mig
+from bench.simulate import make_policy, simulate, with_dynamic_mig
 from bench.workload import TraceError
 from scoring.policies import POLICY_NAMES
 
 
 def run(args: argparse.Namespace) -> int:
     """Run `gpupack simulate`; exit code 2 on bad input."""
-    if args.policy.removesuffix("+besteffort") not in POLICY_NAMES:
+    if args.policy.removesuffix("+besteffort") not in POLICY_NAMES and not args.policy.startswith("gpupack["):
         print(f"gpupack simulate: unknown policy {args.policy!r}; choose from {', '.join(POLICY_NAMES)}",
               file=sys.stderr)  # fmt: skip
         return 2
     try:
+        make_policy(args.policy, [])  # weights of gpupack[...] are checked before the trace is read
         trace = load_trace(args.nodes, args.pods)
-    except (OSError, TraceError) as exc:
+    except (OSError, TraceError, ValueError) as exc:
         print(f"gpupack simulate: {exc}", file=sys.stderr)
         return 2
     if args.mig == "dynamic":

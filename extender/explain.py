@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -18,6 +18,7 @@ from extender.pod_request import pod_key
 from extender.settings import SettingsError, load_settings
 from extender.sources import ClusterFileSource, SourceError, load_cluster_objects
 from extender.state import ClusterState, Evaluation
+from scoring.reference import reference_decide
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class NodeVerdict:
     verdict: str
     score: float | None
     reason: str
+    parts: dict[str, float] = field(default_factory=dict)  # the terms of the gpupack score
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,13 +62,31 @@ def explain(state: ClusterState, pod: dict[str, Any]) -> dict[str, Any]:
     """The explanation as a JSON-ready dict: pod, chosen node, placement, per-node verdicts."""
     evaluation = state.evaluate(pod)
     placement = evaluation.decision.placement if evaluation.decision else None
+    parts = score_parts(state, evaluation)
+    verdicts = [replace(v, parts=parts.get(v.node, {})) for v in node_verdicts(evaluation)]
     return {
         "pod": pod_key(pod),
         "error": evaluation.error or None,
         "chosen": placement.node if placement else None,
         "placement": placement.to_assignment() if placement else None,
-        "nodes": [verdict.__dict__ for verdict in node_verdicts(evaluation)],
+        "nodes": [verdict.__dict__ for verdict in verdicts],
     }
+
+
+def score_parts(state: ClusterState, evaluation: Evaluation) -> dict[str, dict[str, float]]:
+    """The terms of each feasible node's gpupack score, from the plain-Python reference of the kernel."""
+    parts: dict[str, dict[str, float]] = {}
+    if evaluation.request is None or evaluation.decision is None:
+        return parts
+    with state.lock:
+        reference_decide(
+            state.inventory,
+            state.engine.policy,
+            evaluation.request,
+            candidates=list(evaluation.decision.feasible_scores()),
+            parts=parts,
+        )
+    return parts
 
 
 def node_verdicts(evaluation: Evaluation) -> list[NodeVerdict]:
@@ -95,8 +115,9 @@ def render_text(report: dict[str, Any]) -> str:
     else:
         lines.append("chosen: none (no node fits)")
     width = max([len("NODE"), *(len(n["node"]) for n in report["nodes"])])
-    lines.append(f"{'NODE':<{width}}  {'VERDICT':<12}  {'SCORE':>9}  REASON")
+    lines.append(f"{'NODE':<{width}}  {'VERDICT':<12}  {'SCORE':>9}  REASON / SCORE PARTS")
     for n in report["nodes"]:
         score = "-" if n["score"] is None else f"{n['score']:.4f}"
-        lines.append(f"{n['node']:<{width}}  {n['verdict']:<12}  {score:>9}  {n['reason']}".rstrip())
+        why = n["reason"] or "  ".join(f"{name} {value:+.3f}" for name, value in n["parts"].items())
+        lines.append(f"{n['node']:<{width}}  {n['verdict']:<12}  {score:>9}  {why}".rstrip())
     return "\n".join(lines) + "\n"

@@ -46,9 +46,7 @@ class GpupackWeights(BaseModel):
     spot_avoid: float = Field(5.0, ge=0, description="non-interruptible pods on spot: only when little else fits")
     cost: float = Field(1.0, ge=0, description="avoid switching on expensive idle nodes")
     order: float = Field(0.1, ge=0, description="prefer nodes early in a fixed order (consolidation), in GPUs")
-    frag_step: float = Field(
-        0.0, description="round fragmentation growth to this many GPUs (negative: FGD's sigmoid buckets)"
-    )
+    frag_step: float = Field(0.0, ge=0, description="round fragmentation growth to this many GPUs")
 
 
 class GpupackArgs(BaseModel):

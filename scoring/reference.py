@@ -18,7 +18,7 @@ import itertools
 import math
 import operator
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -306,6 +306,7 @@ class Outcome:
     score: float = 0.0
     gpus: tuple[int, ...] = ()  # chosen local GPU per slot
     starts: tuple[int, ...] = ()  # MIG start per slot (-1 otherwise)
+    parts: dict[str, float] = field(default_factory=dict)  # gpupack: the terms of the score
 
 
 @dataclass
@@ -451,7 +452,32 @@ def evaluate(node: Node, ctx: _Context, noise: float) -> Outcome:
     if not uses_frag:
         frag_after = frag_before
     score = node_score(node, ctx, free_before, free_after, frag_before, frag_after, topo, fgd)
-    return Outcome(k.OK, score, tuple(chosen), tuple(starts))
+    parts = gpupack_parts(node, ctx, free_after, frag_before, frag_after, topo) if policy == k.P_GPUPACK else {}
+    return Outcome(k.OK, score, tuple(chosen), tuple(starts), parts)
+
+
+def gpupack_parts(
+    node: Node, ctx: _Context, free_after: int, frag_before: float, frag_after: float, topo: float
+) -> dict[str, float]:
+    """The terms of the `gpupack` score of one feasible node, in the kernel's order (explain shows them)."""
+    request = ctx.request
+    params = ctx.policy.params
+    # expected fragmentation added, in GPUs, optionally rounded to a step of FRAG_STEP GPUs
+    growth = (frag_after - frag_before) / UNIT
+    if params[k.FRAG_STEP] > 0.0:
+        growth = math.floor(growth / params[k.FRAG_STEP] + 0.5) * params[k.FRAG_STEP]
+    parts = {"fragmentation": -params[k.W_FRAG] * growth}
+    used_fraction = 0.0 if node.count == 0 else 1.0 - free_after / (node.count * UNIT)
+    parts["packing"] = params[k.W_PACK] * used_fraction
+    if request.kind == Kind.WHOLE and request.gpus > 1:
+        parts["topology"] = params[k.W_TOPO] * topo
+    if request.kind != Kind.NONE and ctx.max_memory > 0:
+        parts["model_fit"] = -(params[k.W_MODEL] * node.memory_mib / ctx.max_memory)
+    if node.spot:
+        parts["spot"] = params[k.W_SPOT] if request.interruptible else -params[k.W_SPOT_AVOID]
+    if ctx.max_price > 0 and not math.isnan(node.price) and node.pods_free == node.pods_cap:
+        parts["cost"] = -(params[k.W_COST] * node.price / ctx.max_price)
+    return parts
 
 
 def node_score(
@@ -467,26 +493,13 @@ def node_score(
     """The policy's score of a feasible node (higher is better), in the kernel's expression order."""
     request = ctx.request
     policy = ctx.policy.kernel_id
-    params = ctx.policy.params
     kind = request.kind
     demand_milli = (free_before - free_after) / MILLI_UNIT
     left_milli = free_before / MILLI_UNIT
     if policy == k.P_GPUPACK:
-        # expected fragmentation added, in GPUs, optionally rounded to a step of FRAG_STEP GPUs
-        growth = (frag_after - frag_before) / UNIT
-        if params[k.FRAG_STEP] > 0.0:
-            growth = math.floor(growth / params[k.FRAG_STEP] + 0.5) * params[k.FRAG_STEP]
-        score = -params[k.W_FRAG] * growth
-        used_fraction = 0.0 if node.count == 0 else 1.0 - free_after / (node.count * UNIT)
-        score += params[k.W_PACK] * used_fraction
-        if kind == Kind.WHOLE and request.gpus > 1:
-            score += params[k.W_TOPO] * topo
-        if kind != Kind.NONE and ctx.max_memory > 0:
-            score -= params[k.W_MODEL] * node.memory_mib / ctx.max_memory
-        if node.spot:
-            score += params[k.W_SPOT] if request.interruptible else -params[k.W_SPOT_AVOID]
-        if ctx.max_price > 0 and not math.isnan(node.price) and node.pods_free == node.pods_cap:
-            score -= params[k.W_COST] * node.price / ctx.max_price
+        score = 0.0
+        for part in gpupack_parts(node, ctx, free_after, frag_before, frag_after, topo).values():
+            score += part  # the kernel's order of terms, so the sum is bit-identical
         return float(score)
     if policy == k.P_FGD:
         return fgd
@@ -549,10 +562,12 @@ def reference_decide(
     candidates: Sequence[str] | None = None,
     rank: np.ndarray | None = None,
     noise: np.ndarray | None = None,
+    parts: dict[str, dict[str, float]] | None = None,
 ) -> Decision:
     """What `Engine(inventory, policy).decide(request, candidates, rank, noise)` answers, in plain Python.
 
-    Raises RequestError for the same requests the engine rejects. Changes nothing.
+    Raises RequestError for the same requests the engine rejects. Changes nothing. For the gpupack
+    policy, `parts` (when given) receives the terms of each feasible node's score, by node name.
     """
     arrays = RequestArrays(request, inventory)  # validates MIG profiles, orders instances
     n = inventory.size
@@ -591,8 +606,12 @@ def reference_decide(
         if outcome.verdict != k.OK:
             continue
         score = outcome.score
+        terms = dict(outcome.parts)
         if policy.kernel_id == k.P_GPUPACK and policy.params[k.W_ORDER] > 0.0:
+            terms["order"] = -float(policy.params[k.W_ORDER] * rank[row] / n)
             score -= policy.params[k.W_ORDER] * rank[row] / n  # consolidation along the fixed order
+        if parts is not None and terms:
+            parts[str(inventory.names[row])] = {name: float(value) for name, value in terms.items()}
         scores[row] = score
         if best is None or score > scores[best] or (score == scores[best] and rank[row] < rank[best]):
             best, best_outcome = row, outcome

@@ -48,3 +48,17 @@ def test_explain_bad_request_and_bad_input(tmp_path: Path, capsys: pytest.Captur
     assert main(["explain", "--cluster-file", str(tmp_path / "none.yaml"), "--pod", str(path)]) == 2
     assert main(["explain", "--cluster-file", str(EXAMPLE_CLUSTER), "--pod", str(EXAMPLE_CLUSTER)]) == 2
     assert "exactly one Pod" in capsys.readouterr().err
+
+
+def test_explain_score_parts_add_up_to_the_kernel_score(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The parts come from the plain-Python reference; their sum is the numba kernel's score."""
+    path = write_pod(tmp_path, pod("train", gpus=2))
+    assert main(["explain", "--cluster-file", str(EXAMPLE_CLUSTER), "--pod", str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    feasible = [n for n in report["nodes"] if n["verdict"] in ("chosen", "feasible")]
+    assert feasible
+    for n in feasible:
+        assert {"fragmentation", "packing", "topology"} <= set(n["parts"])
+        assert sum(n["parts"].values()) == pytest.approx(n["score"], abs=1e-9)
+    spot = [n for n in feasible if n["node"].endswith(("spot-0", "spot-1"))]
+    assert all(n["parts"]["spot"] < 0 for n in spot)  # the pod is not interruptible
