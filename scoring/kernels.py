@@ -620,7 +620,15 @@ def schedule(
                 cur_shape[m] = -1
             slots = k_gpus
             free_after = free_before - k_gpus * UNIT
-            if uses_frag:
+            if uses_frag and k_gpus == 1:
+                j = cur_gpu[0]
+                frag_after = frag_after_change(
+                    j, model, mode, ct, static_a[base + j], 0, 1, 0, 0, loc[L_ME, j], loc[L_SUSED, j],
+                    cpu_after, mem_after, free_before, mix_w, mix_i, mix_shape, mix_allowed, loc, S, H,
+                )
+                if policy == P_FGD:
+                    gpu_score = sigmoid_score(frag_before, frag_after)
+            elif uses_frag:
                 f_change = 0
                 for m in range(k_gpus):
                     j = cur_gpu[m]
