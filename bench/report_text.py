@@ -90,7 +90,10 @@ def render(
         "whole there, so whole-GPU pods and 4g/7g profiles cannot run at all. Allocation = compute slices in use "
         "(a whole GPU counts all of its slices) over all compute slices. Stranded = at the end of the run, GPUs "
         "with free compute on which none of the failed profiles (nor, for failed whole-GPU pods, a whole GPU) "
-        "fits, as % of all GPUs.\n\n" + _tables(mig, "mig", "mig_failed_by_profile") + "\n\n" + _images(mig),
+        "fits, as % of all GPUs. Why the dynamic policies end close together here: openb's shares are large "
+        "(most become 4g.40gb or 7g.80gb, which have one placement per GPU), so there is little placement "
+        "choice left for a fragmentation-aware policy to win; the failures are capacity, not geometry.\n\n"
+        + _tables(mig, "mig", "mig_failed_by_profile") + "\n\n" + _images(mig),
         "## 3. NVLink (multi-GPU sets)\n\n"
         "Cluster: NVSwitch H100 nodes (every pair 18 links), DGX-1 V100 hybrid cube-mesh nodes (1–2 links per "
         "pair, 16 pairs), A100 PCIe 4-GPU nodes with NVLink bridges on (0, 1) and (2, 3) (12 links); NUMA: first "
