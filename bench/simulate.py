@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.protocol import fgd_order, replay_order
+from bench.protocol import fgd_order, read_order_file, replay_order
 from bench.workload import Trace, TracePod, gpu_milli_capacity
 from scoring import policies
 from scoring.engine import Decision, Engine
@@ -238,15 +238,25 @@ def simulate(
     seeds: list[int] | None = None,
     ratio: float = 1.3,
     show_progress: bool = False,
+    order_file: str | None = None,
 ) -> dict[str, object]:
-    """Run a policy over a trace with a protocol and seeds; the JSON object of DESIGN.md §6."""
+    """Run a policy over a trace with a protocol and seeds; the JSON object of DESIGN.md §6.
+
+    `order_file` (fgd protocol) replaces the seeded shuffle and inflation by a submission order read
+    from a file, e.g. the published Go simulator's (`default_seed42_order.txt`), for an exact
+    side-by-side check; the run's seed is then the first of `seeds` (it only orders ties).
+    """
     started = time.perf_counter()
     capacity_milli = gpu_milli_capacity(trace.nodes)
     runs: list[RunResult] = []
     seed_list: list[int | None] = list(seeds) if protocol == "fgd" and seeds else [None]
+    if order_file is not None:
+        seed_list = seed_list[:1]
     for seed in seed_list:
         policy = make_policy(policy_name, trace.pods)
-        if protocol == "fgd":
+        if protocol == "fgd" and order_file is not None:
+            order = read_order_file(order_file, trace.pods)
+        elif protocol == "fgd":
             order = fgd_order(trace.pods, capacity_milli, int(seed or 0), ratio)
         else:
             order = replay_order(trace.pods)

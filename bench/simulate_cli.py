@@ -28,7 +28,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.mig == "dynamic":
         trace = with_dynamic_mig(trace)
-    result = simulate(trace, args.policy, args.protocol, args.seeds, show_progress=sys.stderr.isatty())
+    try:
+        result = simulate(
+            trace, args.policy, args.protocol, args.seeds, show_progress=sys.stderr.isatty(), order_file=args.order
+        )
+    except (OSError, TraceError) as exc:
+        print(f"gpupack simulate: {exc}", file=sys.stderr)
+        return 2
     if args.plot:
         allocation_curves([result], args.plot, title=f"{args.policy} ({args.protocol})")
     if args.json:

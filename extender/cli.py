@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--seeds", type=_seeds, default=[42], help="e.g. 42-51 (fgd protocol)")
     simulate.add_argument("--protocol", choices=("fgd", "replay"), default="fgd")
     simulate.add_argument("--mig", choices=("dynamic",), help="dynamic MIG on MIG-capable GPUs")
+    simulate.add_argument("--order", help="fgd protocol: submit in this order (e.g. default_seed42_order.txt)")
     simulate.add_argument("--json", action="store_true", help="print one JSON object")
     simulate.add_argument("--plot", help="write the allocation curves to this PNG")
 
