@@ -22,7 +22,6 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from scoring.policies import POLICY_NAMES, GpupackArgs, GpupackWeights, PolicySpec, baseline, gpupack
 
-_DEFAULT_WEIGHTS = GpupackWeights()
 _DEFAULT_ARGS = GpupackArgs()
 _CONFIG_FILE: ContextVar[Path | None] = ContextVar("gpupack_config_file", default=None)
 
@@ -33,32 +32,6 @@ class SettingsError(ValueError):
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class Weights(_Section):
-    """Weights of the gpupack score parts (scoring.policies.GpupackWeights), under the config's names."""
-
-    fragmentation: float = Field(_DEFAULT_WEIGHTS.frag, ge=0)
-    packing: float = Field(_DEFAULT_WEIGHTS.pack, ge=0)
-    topology: float = Field(_DEFAULT_WEIGHTS.topology, ge=0)
-    model_fit: float = Field(_DEFAULT_WEIGHTS.model_fit, ge=0)
-    price: float = Field(_DEFAULT_WEIGHTS.cost, ge=0)
-    spot: float = Field(_DEFAULT_WEIGHTS.spot, ge=0)
-    spot_avoid: float = Field(_DEFAULT_WEIGHTS.spot_avoid, ge=0)
-    order: float = Field(_DEFAULT_WEIGHTS.order, ge=0)
-
-    def to_gpupack(self) -> GpupackWeights:
-        """The scoring core's weights model."""
-        return GpupackWeights(
-            frag=self.fragmentation,
-            pack=self.packing,
-            topology=self.topology,
-            model_fit=self.model_fit,
-            cost=self.price,
-            spot=self.spot,
-            spot_avoid=self.spot_avoid,
-            order=self.order,
-        )
 
 
 class Mix(_Section):
@@ -73,7 +46,7 @@ class Policy(_Section):
     """The scoring policy: `gpupack` (default) or a baseline that needs no workload oracle."""
 
     name: str = "gpupack"
-    weights: Weights = Weights()
+    weights: GpupackWeights = GpupackWeights()
     mix: Mix = Mix()
 
     @field_validator("name")
@@ -147,7 +120,7 @@ class Settings(BaseSettings):
         """Arguments of the gpupack policy."""
         mix = self.policy.mix
         return GpupackArgs(
-            weights=self.policy.weights.to_gpupack(),
+            weights=self.policy.weights,
             forbid_spot_for_non_interruptible=self.spot.non_interruptible_on_spot == "forbid",
             mix_half_life=mix.half_life,
             mix_coverage=mix.coverage,

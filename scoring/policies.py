@@ -26,25 +26,28 @@ class TieBreak(StrEnum):
 class GpupackWeights(BaseModel):
     """Weights of the `gpupack` score; every term is in [0, 1] or in GPUs, higher score is better.
 
-    score = -frag * (expected fragmentation added, GPUs)
-            + pack * (node GPU use after placement, 0..1)   (busy nodes first: idle ones can drain)
+    score = -fragmentation * (expected fragmentation added, GPUs)
+            + packing * (node GPU use after placement, 0..1)   (busy nodes first: idle ones can drain)
+            - order * (rank of the node in a fixed order / nodes)  (keep filling the same nodes)
             + topology * (NVLink quality of a multi-GPU set, 0..1: 3/4 share of NVLinked pairs,
                           1/4 affinity against the best set the node could offer)
             - model_fit * (GPU memory of the node's model / largest in the cluster)
             + spot (interruptible pods on spot nodes) - spot_avoid (the others on spot nodes)
-            - cost * (price of the node / highest among candidates), when the pod is the node's first:
+            - price * (price of the node / highest among candidates), when the pod is the node's first:
               a busy node costs nothing more, an idle one is switched on
+
+    The field names are the ones of the service config (`policy.weights`, camelCase there).
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    frag: float = Field(1.0, ge=0, description="expected fragmentation growth (FGD, learned mix)")
-    pack: float = Field(0.05, ge=0, description="prefer nodes that are already busy")
+    fragmentation: float = Field(1.0, ge=0, description="expected fragmentation growth (FGD, learned mix)")
+    packing: float = Field(0.05, ge=0, description="prefer nodes that are already busy")
     topology: float = Field(3.0, ge=0, description="NVLink quality of multi-GPU sets")
     model_fit: float = Field(0.2, ge=0, description="prefer smaller GPU models that fit")
     spot: float = Field(0.5, ge=0, description="spot affinity of interruptible pods")
     spot_avoid: float = Field(5.0, ge=0, description="non-interruptible pods on spot: only when little else fits")
-    cost: float = Field(1.0, ge=0, description="avoid switching on expensive idle nodes")
+    price: float = Field(1.0, ge=0, description="avoid switching on expensive idle nodes")
     order: float = Field(0.1, ge=0, description="prefer nodes early in a fixed order (consolidation), in GPUs")
     frag_step: float = Field(0.0, ge=0, description="round fragmentation growth to this many GPUs")
 
@@ -87,13 +90,13 @@ def gpupack(args: GpupackArgs | None = None) -> PolicySpec:
     args = args or GpupackArgs()
     w = args.weights
     params = _params(
-        W_FRAG=w.frag,
-        W_PACK=w.pack,
+        W_FRAG=w.fragmentation,
+        W_PACK=w.packing,
         W_TOPO=w.topology,
         W_MODEL=w.model_fit,
         W_SPOT=w.spot,
         W_SPOT_AVOID=w.spot_avoid,
-        W_COST=w.cost,
+        W_COST=w.price,
         FRAG_STEP=w.frag_step,
         W_ORDER=w.order,
         SPOT_FORBID=float(args.forbid_spot_for_non_interruptible),

@@ -45,7 +45,7 @@ def test_environment_and_cli_override_the_file(shipped: Path, monkeypatch: pytes
     settings = load_settings(shipped, host="0.0.0.0", port=None)
     assert (settings.host, settings.port) == ("0.0.0.0", 9000)
     args = settings.gpupack_args()
-    assert args.weights.frag == 2.5 and args.weights.pack == 0.05  # deep merge with the file
+    assert args.weights.fragmentation == 2.5 and args.weights.packing == 0.05  # deep merge with the file
     assert args.forbid_spot_for_non_interruptible
     assert load_settings(shipped, port=7000).port == 7000
 
