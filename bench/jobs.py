@@ -15,7 +15,7 @@ from bench.load import load_nodes, load_pods
 from bench.protocol import fgd_order
 from bench.scenarios import STATIC_BALANCED, ClusterSpec, cost_cluster, mig_cluster, nvlink_cluster
 from bench.simulate import RunResult, make_policy, requested_gpus, run_once, share_to_mig
-from bench.workload import Trace, TracePod, gpu_milli_capacity
+from bench.workload import Trace, TracePod, gpu_count, gpu_milli_capacity
 from scoring.facts import MigMode, NodeFacts
 
 NODE_LIST = "openb_node_list_gpu_node.csv"
@@ -42,7 +42,7 @@ def prefix_to_arrived(order: list[TracePod], nodes: list[NodeFacts], pct: float)
 
     `run_once` reads the allocation at that pod, so a run cut there reports the same value at `pct`.
     """
-    capacity = sum(node.gpu_count for node in nodes)
+    capacity = gpu_count(nodes)
     arrived = 0.0
     for i, pod in enumerate(order):
         arrived += requested_gpus(pod.request)
@@ -76,7 +76,7 @@ class OpenbJob:
         if self.stop_at_100:
             order = prefix_to_arrived(order, nodes, 100.0)
         result = run_once(Trace(nodes, pods), order, make_policy(self.policy, pods), self.seed)
-        return _base(self, result, {"gpus_total": sum(n.gpu_count for n in nodes)})
+        return _base(self, result, {"gpus_total": gpu_count(nodes)})
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ class NvlinkJob:
         order = fgd_order(pods, gpu_milli_capacity(nodes), self.seed)
         tracker = metrics.LinkTracker()
         result = run_once(Trace(nodes, pods), order, make_policy(self.policy, pods), self.seed, on_decision=tracker)
-        return _base(self, result, {"gpus_total": sum(n.gpu_count for n in nodes), "links": tracker.to_json()})
+        return _base(self, result, {"gpus_total": gpu_count(nodes), "links": tracker.to_json()})
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ class CostJob:
         assert result.inventory is not None
         by_name = {pod.name: pod for pod in order}
         costs = metrics.cost_metrics(result.inventory, result.placements, by_name)
-        return _base(self, result, {"gpus_total": sum(n.gpu_count for n in nodes), "cost": costs})
+        return _base(self, result, {"gpus_total": gpu_count(nodes), "cost": costs})
 
 
 Job = OpenbJob | MigJob | NvlinkJob | CostJob

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bench.protocol import fgd_order, read_order_file, replay_order
-from bench.workload import Trace, TracePod, gpu_milli_capacity
+from bench.workload import Trace, TracePod, gpu_count, gpu_milli_capacity
 from scoring import policies
 from scoring.engine import Decision, Engine
 from scoring.facts import MigMode, NodeFacts, Placement
@@ -273,7 +273,7 @@ def simulate(
     return {
         "policy": policy_name,
         "protocol": protocol,
-        "gpus_total": sum(node.gpu_count for node in trace.nodes),
+        "gpus_total": gpu_count(trace.nodes),
         "runs": [r.to_json(with_placements=protocol == "replay") for r in runs],
         "median": {
             "unallocated_pct_at_100": _round(statistics.median(unalloc_100)) if unalloc_100 else None,
