@@ -124,7 +124,9 @@ def render(
         "Kernel: one 1-GPU pod decided on N nodes x 8 H100-like GPUs with random allocations, numba engine "
         "(`Engine.decide`) vs plain-Python reference (`scoring.reference.reference_decide`); mean of "
         f"{config['kernel_calls']} numba calls; the reference gets {config['reference_calls']} calls at 1,000 nodes "
-        "and proportionally fewer (at least one) on larger clusters.\n\n"
+        "and proportionally fewer (at least one) on larger clusters. `numba ms` is warm: the engine's per-node "
+        "caches hold every node, as in the extender, where a decision changes one node; `numba cold ms` is the "
+        "first decision of a fresh engine, which reads every node in full.\n\n"
         + _tables(speed, "speed_kernel")
         + "\n\nHTTP: `POST /filter` over loopback to uvicorn (gpupack's config, in-process, in a thread, so client "
         "and server share one Python process and its GIL) with a keep-alive httpx client; 20 warm-up requests "

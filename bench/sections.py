@@ -402,13 +402,17 @@ def speed_section(kernel: Sequence[Mapping[str, object]], http: Sequence[Mapping
     """Kernel time per decision (numba vs reference) and HTTP filter latency (gpupack vs a bare handler)."""
     section = Section()
     k_table = Table(
-        ["nodes", "policy", "numba ms", "reference ms", "reference / numba", "reference calls", "same node chosen"]
-    )
+        [
+            "nodes", "policy", "numba ms", "numba cold ms", "reference ms", "reference / numba", "reference calls",
+            "same node chosen",
+        ]
+    )  # fmt: skip
     for r in kernel:
         k_table.add(
             r["nodes"],
             r["policy"],
             r["numba_ms"],
+            r.get("numba_cold_ms"),  # type: ignore[arg-type]
             r["reference_ms"],
             r["ratio"],
             r["reference_calls"],  # type: ignore[arg-type]

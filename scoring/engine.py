@@ -96,13 +96,18 @@ class RequestArrays:
 
 
 def _empty_sums(nodes: int, types: int) -> tuple[np.ndarray, ...]:
-    """(node version stamp, S, H, fragmentation, weights-version stamp), all invalid."""
+    """The kernel's per-node cache, all invalid: (node version stamp, S, H, fragmentation,
+    weights-version stamp, free units, untouched-GPU mask, plain-GPU mask, best k-GPU set affinity)."""
     return (
         np.full(nodes, -1, dtype=np.int64),
         np.zeros((nodes, types), dtype=np.int64),
         np.zeros((nodes, types), dtype=np.int64),
         np.zeros(nodes, dtype=np.float64),
         np.full(nodes, -1, dtype=np.int64),
+        np.zeros(nodes, dtype=np.int64),
+        np.zeros(nodes, dtype=np.int64),
+        np.zeros(nodes, dtype=np.int64),
+        np.zeros((nodes, MAX_GPUS + 1), dtype=np.int64),
     )
 
 
@@ -128,6 +133,7 @@ class Engine:
         self._mix_cache: tuple[tuple[int, int, int], tuple] | None = None
         self._sums_cache = _empty_sums(0, 0)
         self._weights_version = 0
+        self._scratch: tuple[np.ndarray, ...] | None = None
 
     def mix_arrays(self) -> tuple:
         """The policy mix as kernel arrays, rebuilt only when the mix or the model list changed."""
@@ -144,12 +150,18 @@ class Engine:
 
     def sums_cache(self, types: int) -> tuple:
         """Per-node fragmentation sums kept between calls; grows with the inventory."""
-        stamp, sums, hosts, frag, weights = self._sums_cache
         n = self.inventory.size
+        stamp, sums = self._sums_cache[0], self._sums_cache[1]
         if len(stamp) < n or sums.shape[1] != types:
             self._sums_cache = _empty_sums(max(n, 2 * len(stamp)), types)
-        stamp, sums, hosts, frag, weights = self._sums_cache
-        return stamp[:n], sums[:n], hosts[:n], frag[:n], weights[:n], self._weights_version
+        return (*(array[:n] for array in self._sums_cache), self._weights_version)
+
+    def scratch(self, types: int, width: int) -> tuple[np.ndarray, ...]:
+        """The kernel's working arrays, remade only when the mix or the request width outgrows them."""
+        held = self._scratch
+        if held is None or held[0].shape[1] != types or held[3].shape[0] < width:
+            held = self._scratch = k.make_scratch(types, max(width, MAX_GPUS))
+        return held
 
     def kernel_inputs(self) -> tuple[tuple, tuple, tuple]:
         """(node arrays, GPU arrays, model arrays) as the kernels take them."""
@@ -206,7 +218,7 @@ class Engine:
         best, slots = k.schedule(
             nodes, gpus, models, arrays.scalars, arrays.shapes, arrays.me, arrays.allowed, mask,
             mix, self.policy.kernel_id, self.policy.params, rank, noise, self.sums_cache(len(mix[0])),
-            scores, verdicts, best_gpu, best_start, best_shape,
+            self.scratch(len(mix[0]), arrays.width), scores, verdicts, best_gpu, best_start, best_shape,
         )  # fmt: skip
         placement = None
         if best >= 0:

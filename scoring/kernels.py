@@ -46,6 +46,12 @@ for _pid in range(len(PLACEMENT_SHAPE)):
     SHAPE_PLACEMENTS[PLACEMENT_SHAPE[_pid]] |= 1 << _pid
 # rows of the per-node scratch copy of GPU state
 L_MILLI, L_WHOLE, L_SLICES, L_COMPUTE, L_ME, L_SUSED = range(6)
+# Every function below `schedule` calls takes arrays but never allocates, so it is compiled without
+# numba's reference counting (`_nrt=False`, the switch numba's own maintainers use for this, numba
+# issue #2350): with it, each call paid an atomic incref and decref per array argument, 85 % of the
+# kernel's time at 5,000 nodes.
+helper = njit(cache=True, _nrt=False)
+
 MAX_SPEC_CPU = 128000.0  # normalisers of the ATC'23 baselines: 128 cores, 8 GPUs
 MAX_SPEC_GPU = 8000.0
 
@@ -127,18 +133,46 @@ def gpu_terms(kind, milli_t, shape_t, mode, ct, milli, whole, slices, compute, m
     return 0, 0
 
 
-@njit(cache=True, inline="always")
-def node_type_sums(
+@helper
+def node_summary(
     model, mode, ct, base, count, milli_a, whole_a, slices_a, compute_a, me_a, static_a, sused_a,
-    mix_w, mix_i, mix_shape, loc, S, H, cached,
+    mix_w, mix_i, mix_shape, S, H, r,
 ):
-    """Load the node's GPUs into `loc`; unless `cached`, per task type the sum of unusable units (S)
-    and the count of hosting GPUs (H). Returns the node's free units."""
-    if not cached:
-        for t in range(len(mix_w)):
-            S[t] = 0
-            H[t] = 0
+    """Per task type the sum of units the type cannot use (into S) and the count of GPUs that can host
+    one unit of it (into H). Returns (free units, mask of untouched plain GPUs, mask of plain GPUs);
+    plain = no MIG instance and not taken whole, so shares and whole GPUs may use it."""
+    for t in range(len(mix_w)):
+        S[r, t] = 0
+        H[r, t] = 0
     free = 0
+    free_mask = 0
+    plain_mask = 0
+    for j in range(count):
+        i = base + j
+        milli = milli_a[i]
+        whole = whole_a[i]
+        slices = slices_a[i]
+        compute = compute_a[i]
+        static = static_a[i]
+        sused = sused_a[i]
+        free += gpu_free_units(mode, ct, milli, whole, slices, compute, static, sused)
+        if static == 0 and not whole and slices == 0 and compute == 0:
+            plain_mask |= 1 << j
+            if milli == 1000:
+                free_mask |= 1 << j
+        for t in range(len(mix_w)):
+            gf, host = gpu_terms(
+                mix_i[t, 0], mix_i[t, 4], mix_shape[t, model], mode, ct,
+                milli, whole, slices, compute, me_a[i], static, sused,
+            )
+            S[r, t] += gf
+            H[r, t] += host
+    return free, free_mask, plain_mask
+
+
+@helper
+def load_local(base, count, milli_a, whole_a, slices_a, compute_a, me_a, sused_a, loc):
+    """Copy one node's GPU state into the scratch `loc`, which the MIG and multi-GPU paths change."""
     for j in range(count):
         i = base + j
         loc[L_MILLI, j] = milli_a[i]
@@ -147,79 +181,73 @@ def node_type_sums(
         loc[L_COMPUTE, j] = compute_a[i]
         loc[L_ME, j] = me_a[i]
         loc[L_SUSED, j] = sused_a[i]
-        free += gpu_free_units(mode, ct, milli_a[i], whole_a[i], slices_a[i], compute_a[i], static_a[i], sused_a[i])
-        if cached:
-            continue
-        for t in range(len(mix_w)):
-            gf, host = gpu_terms(
-                mix_i[t, 0], mix_i[t, 4], mix_shape[t, model], mode, ct,
-                milli_a[i], whole_a[i], slices_a[i], compute_a[i], me_a[i], static_a[i], sused_a[i],
-            )
-            S[t] += gf
-            H[t] += host
-    return free
 
 
-@njit(cache=True, inline="always")
-def add_gpu_terms(sign, j, model, mode, ct, static, mix_w, mix_i, mix_shape, loc, S, H):
+@helper
+def add_gpu_terms(sign, j, model, mode, ct, static, mix_w, mix_i, mix_shape, loc, S, H, r):
     """Add (sign=1) or remove (sign=-1) local GPU j's contribution to S and H; returns its free units."""
     for t in range(len(mix_w)):
         gf, host = gpu_terms(
             mix_i[t, 0], mix_i[t, 4], mix_shape[t, model], mode, ct,
             loc[L_MILLI, j], loc[L_WHOLE, j], loc[L_SLICES, j], loc[L_COMPUTE, j], loc[L_ME, j], static, loc[L_SUSED, j],
         )
-        S[t] += sign * gf
-        H[t] += sign * host
+        S[r, t] += sign * gf
+        H[r, t] += sign * host
     return sign * gpu_free_units(mode, ct, loc[L_MILLI, j], loc[L_WHOLE, j], loc[L_SLICES, j], loc[L_COMPUTE, j], static, loc[L_SUSED, j])
 
 
-@njit(cache=True, inline="always")
-def node_frag(model, cpu_free, mem_free, free, mix_w, mix_i, mix_allowed, S, H):
+@helper
+def type_may_fit(t, model, cpu_free, mem_free, mix_i, mix_allowed):
+    """Whether task type t could run on the node at all (GPU model, CPU, memory), and how many
+    GPUs able to host it the node then needs (0 when it cannot run)."""
+    kind = mix_i[t, 0]
+    if kind != KIND_NONE and mix_allowed[t, model] and cpu_free >= mix_i[t, 1] and mem_free >= mix_i[t, 2]:
+        return mix_i[t, 3] if kind == KIND_WHOLE else 1
+    return 0
+
+
+@helper
+def node_frag(model, cpu_free, mem_free, free, mix_w, mix_i, mix_allowed, S, H, r):
     """Expected fragmentation of a node (FGD, ATC'23): weighted units no task type could use."""
     total = 0.0
     for t in range(len(mix_w)):
         if mix_w[t] == 0.0:
             continue
         frag = free
-        if mix_i[t, 0] != KIND_NONE and mix_allowed[t, model] and cpu_free >= mix_i[t, 1] and mem_free >= mix_i[t, 2]:
-            need = mix_i[t, 3] if mix_i[t, 0] == KIND_WHOLE else 1
-            if H[t] >= need:
-                frag = S[t]
+        need = type_may_fit(t, model, cpu_free, mem_free, mix_i, mix_allowed)
+        if need > 0 and H[r, t] >= need:
+            frag = S[r, t]
         total += mix_w[t] * frag
     return total
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, inline="always")
 def frag_after_change(
-    j, model, mode, ct, static, milli, whole, slices, compute, me, sused,
-    cpu_free, mem_free, free_before, mix_w, mix_i, mix_shape, mix_allowed, loc, S, H,
+    model, mode, ct, static,
+    o_milli, o_whole, o_slices, o_compute, o_me, o_sused,
+    milli, whole, slices, compute, me, sused,
+    cpu_free, mem_free, free_before, mix_w, mix_i, mix_shape, mix_allowed, S, H, r,
 ):
-    """node_frag after local GPU j takes the given state, without touching S, H or loc.
-
-    The fit test is node_frag's, written out again: moving it into an inlined helper made the
-    kernel 45 % slower (measured with numba 0.68), and this loop is the hot path.
-    """
-    old_free = gpu_free_units(mode, ct, loc[L_MILLI, j], loc[L_WHOLE, j], loc[L_SLICES, j], loc[L_COMPUTE, j],
-                              static, loc[L_SUSED, j])
+    """node_frag after one GPU goes from the o_* state to the given one, without touching S or H."""
+    old_free = gpu_free_units(mode, ct, o_milli, o_whole, o_slices, o_compute, static, o_sused)
     free = free_before - old_free + gpu_free_units(mode, ct, milli, whole, slices, compute, static, sused)
     total = 0.0
     for t in range(len(mix_w)):
         if mix_w[t] == 0.0:
             continue
         frag = free
-        if mix_i[t, 0] != KIND_NONE and mix_allowed[t, model] and cpu_free >= mix_i[t, 1] and mem_free >= mix_i[t, 2]:
+        need = type_may_fit(t, model, cpu_free, mem_free, mix_i, mix_allowed)
+        if need > 0:
             gf_old, host_old = gpu_terms(
                 mix_i[t, 0], mix_i[t, 4], mix_shape[t, model], mode, ct,
-                loc[L_MILLI, j], loc[L_WHOLE, j], loc[L_SLICES, j], loc[L_COMPUTE, j], loc[L_ME, j], static,
-                loc[L_SUSED, j],
+                o_milli, o_whole, o_slices, o_compute, o_me, static, o_sused,
             )
             gf_new, host_new = gpu_terms(
                 mix_i[t, 0], mix_i[t, 4], mix_shape[t, model], mode, ct,
                 milli, whole, slices, compute, me, static, sused,
             )
-            need = mix_i[t, 3] if mix_i[t, 0] == KIND_WHOLE else 1
-            if H[t] - host_old + host_new >= need:
-                frag = S[t] - gf_old + gf_new
+            if H[r, t] - host_old + host_new >= need:
+                frag = S[r, t] - gf_old + gf_new
         total += mix_w[t] * frag
     return total
 
@@ -231,7 +259,7 @@ def sigmoid_score(frag_before, frag_after):
     return float(math.floor(100.0 / (1.0 + math.exp(-x))))
 
 
-@njit(cache=True, inline="always")
+@helper
 def pair_score(link_a, numa_a, base, a, b):
     """go-gpuallocator's pair affinity: 100 per NVLink, plus 20 same NUMA node, 10 across."""
     s = 100 * link_a[(base + a) * MAX_GPUS + b]
@@ -242,66 +270,75 @@ def pair_score(link_a, numa_a, base, a, b):
     return s
 
 
-@njit(cache=True, inline="always")
-def best_gpu_set(link_a, numa_a, base, count, free_mask, k, out):
+@helper
+def best_gpu_set(link_a, numa_a, base, count, free_mask, k, out, free_idx, pairs):
     """Best-connected k-subset of `free_mask`; ties: fewest links cut to the GPUs left free, then lowest.
 
-    Writes the chosen local indices to `out` and returns the set's affinity score.
+    Writes the chosen local indices to `out` and returns the set's affinity score; `free_idx`
+    (MAX_GPUS) and `pairs` (MAX_GPUS * MAX_GPUS) are scratch.
     """
-    best_mask = -1
+    nfree = 0
+    for j in range(count):
+        if free_mask & (1 << j):
+            free_idx[nfree] = j
+            nfree += 1
+    for a in range(nfree):
+        for b in range(nfree):
+            if a != b:
+                pairs[a * MAX_GPUS + b] = pair_score(link_a, numa_a, base, free_idx[a], free_idx[b])
+    best = -1
     best_score = -1
     best_cut = 0
     if k == 1:
-        for j in range(count):
-            if free_mask & (1 << j):
-                cut = 0
-                for o in range(count):
-                    if o != j and free_mask & (1 << o):
-                        cut += pair_score(link_a, numa_a, base, j, o)
-                if best_mask < 0 or cut < best_cut:
-                    best_mask = 1 << j
-                    best_cut = cut
-                    best_score = 0
+        for a in range(nfree):
+            cut = 0
+            for b in range(nfree):
+                if b != a:
+                    cut += pairs[a * MAX_GPUS + b]
+            if best < 0 or cut < best_cut:
+                best = 1 << a
+                best_cut = cut
+                best_score = 0
     else:
-        # Gosper's hack: every k-subset of the node's GPUs in increasing order
+        # Gosper's hack: every k-subset of the free GPUs in increasing order (bit i = free_idx[i],
+        # so the order is that of the node's own GPU masks)
         sub = (1 << k) - 1
-        limit = 1 << count
+        limit = 1 << nfree
         while sub < limit:
-            if sub & ~free_mask == 0:
-                score = 0
-                cut = 0
-                for a in range(count):
-                    if sub & (1 << a):
-                        for b in range(count):
-                            if b != a:
-                                if sub & (1 << b):
-                                    if b > a:
-                                        score += pair_score(link_a, numa_a, base, a, b)
-                                elif free_mask & (1 << b):
-                                    cut += pair_score(link_a, numa_a, base, a, b)
-                if score > best_score or (score == best_score and cut < best_cut):
-                    best_mask = sub
-                    best_score = score
-                    best_cut = cut
+            score = 0
+            cut = 0
+            for a in range(nfree):
+                if sub & (1 << a):
+                    for b in range(nfree):
+                        if b != a:
+                            if sub & (1 << b):
+                                if b > a:
+                                    score += pairs[a * MAX_GPUS + b]
+                            else:
+                                cut += pairs[a * MAX_GPUS + b]
+            if score > best_score or (score == best_score and cut < best_cut):
+                best = sub
+                best_score = score
+                best_cut = cut
             c = sub & -sub
             r = sub + c
             sub = (((r ^ sub) >> 2) // c) | r
     n = 0
-    for j in range(count):
-        if best_mask & (1 << j):
-            out[n] = j
+    for a in range(nfree):
+        if best & (1 << a):
+            out[n] = free_idx[a]
             n += 1
     return best_score
 
 
-@njit(cache=True)
+@helper
 def node_used_fraction(count, free):
     if count == 0:
         return 0.0
     return 1.0 - free / (count * UNIT)
 
 
-@njit(cache=True, inline="always")
+@helper
 def node_score(
     n, cpu_free_a, mem_free_a, model_a, spot_a, price_a, cpu_cap_a, mem_cap_a, tags_a, milli_a,
     pods_free_a, pods_cap_a, model_memory, req, policy, params, max_price, max_memory, count, free_before,
@@ -365,7 +402,7 @@ def node_score(
     return 0.0  # random, first-fit: the tie-break order decides
 
 
-@njit(cache=True, inline="always")
+@helper
 def packing_score(n, milli_a, count, kind, k_gpus, milli_req):
     """GpuPacking (ATC'23 baseline): shared GPUs first, then free GPUs on used nodes, then idle nodes."""
     base = n * MAX_GPUS
@@ -399,42 +436,72 @@ def packing_score(n, milli_a, count, kind, k_gpus, milli_req):
     return float(max(100 - total // 10, 50))
 
 
-@njit(cache=True)
-def schedule(
-    inv, gpus, models, req, req_shapes, req_me, allowed, candidate, mix, policy, params, rank, noise,
-    cache, out_score, out_verdict, best_gpu, best_start, best_shape,
-):
-    """Score every candidate node; returns (best node or -1, slots) with its placement in best_*.
-
-    Ties on score go to the lowest `rank`. `cache` = (stamp[N], S[N, T], H[N, T], frag[N],
-    weights_stamp[N], weights_version) keeps each node's per-type sums for as long as its version
-    (`inv`'s last array) is unchanged, and its fragmentation while the mix weights are unchanged too. The tuples are unpacked once here: the per-node code
-    takes plain arrays, so no reference counting happens per node.
-    """
-    (active, cpu_free_a, mem_free_a, pods_free_a, model_a, mode_a, count_a, spot_a, price_a,
-     cpu_cap_a, mem_cap_a, pods_cap_a, tags_a, version_a) = inv
-    cache_stamp, cache_S, cache_H, cache_frag, cache_weights, weights_version = cache
-    milli_a, whole_a, slices_a, compute_a, me_a, static_a, sused_a, numa_a, link_a = gpus
-    model_memory, model_compute = models
-    mix_w, mix_i, mix_shape, mix_allowed = mix
-    n_nodes = active.shape[0]
-    n_types = mix_w.shape[0]
-    S = np.zeros(n_types, dtype=np.int64)
-    H = np.zeros(n_types, dtype=np.int64)
-    loc = np.zeros((6, MAX_GPUS), dtype=np.int64)
-    width = best_gpu.shape[0]
-    cur_gpu = np.zeros(width, dtype=np.int32)
-    cur_start = np.zeros(width, dtype=np.int32)
-    cur_shape = np.zeros(width, dtype=np.int32)
-    tmp_set = np.zeros(MAX_GPUS, dtype=np.int32)
+@helper
+def candidate_maxima(active, model_a, count_a, price_a, model_memory, candidate):
+    """(highest hourly price, largest GPU memory) over the candidate GPU nodes: the cost and
+    model-fit terms are relative to them."""
     max_price = 0.0
     max_memory = 0.0
-    for n in range(n_nodes):
+    for n in range(active.shape[0]):
         if candidate[n] and active[n] and count_a[n] > 0:
             if not math.isnan(price_a[n]) and price_a[n] > max_price:
                 max_price = price_a[n]
             if model_memory[model_a[n]] > max_memory:
                 max_memory = model_memory[model_a[n]]
+    return max_price, max_memory
+
+
+def make_scratch(types: int, width: int) -> tuple[np.ndarray, ...]:
+    """Working arrays for `schedule` (for `types` task types and requests of up to `width` slots),
+    made once by the caller: the kernel allocates nothing, so it runs without reference counting."""
+    return (
+        np.zeros((1, types), dtype=np.int64),  # S and H of a node being changed
+        np.zeros((1, types), dtype=np.int64),
+        np.zeros((6, MAX_GPUS), dtype=np.int64),  # loc: GPU state of a node being changed
+        np.zeros(width, dtype=np.int32),  # the current node's placement: GPU, MIG start, shape
+        np.zeros(width, dtype=np.int32),
+        np.zeros(width, dtype=np.int32),
+        np.zeros(MAX_GPUS, dtype=np.int32),  # best_gpu_set's output for the ideal set
+        np.zeros(MAX_GPUS, dtype=np.int64),  # best_gpu_set's scratch
+        np.zeros(MAX_GPUS * MAX_GPUS, dtype=np.int64),
+    )
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def schedule(
+    inv, gpus, models, req, req_shapes, req_me, allowed, candidate, mix, policy, params, rank, noise,
+    cache, scratch, out_score, out_verdict, best_gpu, best_start, best_shape,
+):
+    """Score every candidate node; returns (best node or -1, slots) with its placement in best_*.
+
+    Ties on score go to the lowest `rank`. The GIL is released while it runs; `scratch` comes from
+    `make_scratch`.
+
+    `cache` = (stamp[N], S[N, T], H[N, T], frag[N], weights_stamp[N], free[N], free_mask[N],
+    plain_mask[N], ideal[N, MAX_GPUS + 1], weights_version) keeps each node's per-type sums, free
+    units, GPU masks and best k-GPU affinity for as long as its version (`inv`'s last array) is
+    unchanged, and its fragmentation while the mix weights are unchanged too: an unchanged node is
+    scored without reading its GPUs one by one. The tuples are unpacked once here.
+    """
+    (active, cpu_free_a, mem_free_a, pods_free_a, model_a, mode_a, count_a, spot_a, price_a,
+     cpu_cap_a, mem_cap_a, pods_cap_a, tags_a, version_a) = inv
+    (cache_stamp, cache_S, cache_H, cache_frag, cache_weights, cache_free, cache_free_mask, cache_plain_mask,
+     cache_ideal, weights_version) = cache
+    milli_a, whole_a, slices_a, compute_a, me_a, static_a, sused_a, numa_a, link_a = gpus
+    model_memory, model_compute = models
+    mix_w, mix_i, mix_shape, mix_allowed = mix
+    max_price, max_memory = candidate_maxima(active, model_a, count_a, price_a, model_memory, candidate)
+    n_nodes = active.shape[0]
+    n_types = mix_w.shape[0]
+    S, H, loc, cur_gpu, cur_start, cur_shape, tmp_set, free_idx, pair_scratch = scratch
+    kind = req[0]
+    cpu = req[1]
+    mem = req[2]
+    k_gpus = req[3]
+    milli_req = req[4]
+    interruptible = req[5]
+    n_inst = req[6]
+    uses_frag = policy == P_GPUPACK or policy == P_FGD
     best = -1
     best_slots = 0
     best_score = 0.0
@@ -444,13 +511,6 @@ def schedule(
             out_score[n] = -np.inf
             continue
         verdict = OK
-        kind = req[0]
-        cpu = req[1]
-        mem = req[2]
-        k_gpus = req[3]
-        milli_req = req[4]
-        interruptible = req[5]
-        n_inst = req[6]
         model = model_a[n]
         if cpu_free_a[n] < cpu:
             out_verdict[n] = NO_CPU
@@ -476,29 +536,32 @@ def schedule(
         count = count_a[n]
         base = n * MAX_GPUS
         ct = model_compute[model]
-        uses_frag = policy == P_GPUPACK or policy == P_FGD
-        # S and H only change when the node does: reuse them while its version is unchanged
-        cached = cache_stamp[n] == version_a[n]
-        free_before = node_type_sums(
-            model, mode, ct, base, count, milli_a, whole_a, slices_a, compute_a, me_a, static_a, sused_a,
-            mix_w, mix_i, mix_shape, loc, S, H, cached,
-        )
-        if cached:
-            for t in range(n_types):
-                S[t] = cache_S[n, t]
-                H[t] = cache_H[n, t]
-        else:
-            for t in range(n_types):
-                cache_S[n, t] = S[t]
-                cache_H[n, t] = H[t]
+        # the node's sums live in cache_S[n] and cache_H[n]; paths that try several changes copy them into S[0] and H[0] first
+        fresh = cache_stamp[n] != version_a[n]
+        if fresh:
+            free_before, free_mask, plain_mask = node_summary(
+                model, mode, ct, base, count, milli_a, whole_a, slices_a, compute_a, me_a, static_a, sused_a,
+                mix_w, mix_i, mix_shape, cache_S, cache_H, n,
+            )
+            cache_free[n] = free_before
+            cache_free_mask[n] = free_mask
+            cache_plain_mask[n] = plain_mask
+            for size in range(MAX_GPUS + 1):
+                cache_ideal[n, size] = -1
             cache_stamp[n] = version_a[n]
+        else:
+            free_before = cache_free[n]
+            free_mask = cache_free_mask[n]
+            plain_mask = cache_plain_mask[n]
         frag_before = 0.0
         if uses_frag:
             # the node's fragmentation also depends on the mix weights: cached per weights version
-            if cached and cache_weights[n] == weights_version:
+            if not fresh and cache_weights[n] == weights_version:
                 frag_before = cache_frag[n]
             else:
-                frag_before = node_frag(model, cpu_free_a[n], mem_free_a[n], free_before, mix_w, mix_i, mix_allowed, S, H)
+                frag_before = node_frag(
+                    model, cpu_free_a[n], mem_free_a[n], free_before, mix_w, mix_i, mix_allowed, cache_S, cache_H, n
+                )
                 cache_frag[n] = frag_before
                 cache_weights[n] = weights_version
         cpu_after = cpu_free_a[n] - cpu
@@ -515,9 +578,8 @@ def schedule(
             best_left = 0
             hosts = 0
             for j in range(count):
-                if static_a[base + j] == 0 and not loc[L_WHOLE, j] and loc[L_SLICES, j] == 0 and loc[L_COMPUTE, j] == 0:
-                    if loc[L_MILLI, j] >= milli_req:
-                        hosts += 1
+                if (plain_mask >> j) & 1 and milli_a[base + j] >= milli_req:
+                    hosts += 1
             if hosts == 0:
                 out_verdict[n] = NO_GPU
                 out_score[n] = -np.inf
@@ -525,9 +587,9 @@ def schedule(
             pick = int(noise[n] * hosts) if policy == P_RANDOM else 0
             seen = 0
             for j in range(count):
-                if not (static_a[base + j] == 0 and not loc[L_WHOLE, j] and loc[L_SLICES, j] == 0 and loc[L_COMPUTE, j] == 0):
+                if not (plain_mask >> j) & 1:
                     continue
-                left = loc[L_MILLI, j]
+                left = milli_a[base + j]
                 if left < milli_req:
                     continue
                 if policy == P_RANDOM:
@@ -548,15 +610,16 @@ def schedule(
                 # amount gives the same fragmentation, and ties keep the lowest index anyway)
                 duplicate = False
                 for o in range(j):
-                    if (static_a[base + o] == 0 and not loc[L_WHOLE, o] and loc[L_SLICES, o] == 0 and loc[L_COMPUTE, o] == 0
-                            and loc[L_MILLI, o] == left):
+                    if (plain_mask >> o) & 1 and milli_a[base + o] == left:
                         duplicate = True
                         break
                 if duplicate:
                     continue
+                me = me_a[base + j]
+                sused = sused_a[base + j]
                 f_after = frag_after_change(
-                    j, model, mode, ct, static_a[base + j], left - milli_req, 0, 0, 0, loc[L_ME, j], loc[L_SUSED, j],
-                    cpu_after, mem_after, free_before, mix_w, mix_i, mix_shape, mix_allowed, loc, S, H,
+                    model, mode, ct, 0, left, False, 0, 0, me, sused, left - milli_req, False, 0, 0, me, sused,
+                    cpu_after, mem_after, free_before, mix_w, mix_i, mix_shape, mix_allowed, cache_S, cache_H, n,
                 )
                 if policy == P_FGD:
                     key = sigmoid_score(frag_before, f_after)
@@ -569,7 +632,6 @@ def schedule(
                     best_key = key
                     best_left = left
                     frag_after = f_after
-                    free_after = free_before - milli_req * MILLI_UNIT
             cur_gpu[0] = best_j
             cur_start[0] = -1
             cur_shape[0] = -1
@@ -577,38 +639,33 @@ def schedule(
             free_after = free_before - milli_req * MILLI_UNIT
             if policy == P_FGD:
                 gpu_score = best_key
-            elif not uses_frag:
-                frag_after = frag_before
 
         elif kind == KIND_WHOLE:
-            free_mask = 0
-            nfree = 0
-            for j in range(count):
-                if static_a[base + j] == 0 and not loc[L_WHOLE, j] and loc[L_SLICES, j] == 0 and loc[L_COMPUTE, j] == 0 and loc[L_MILLI, j] == 1000:
-                    free_mask |= 1 << j
-                    nfree += 1
+            nfree = popcount(free_mask)
             if nfree < k_gpus:
                 out_verdict[n] = NO_GPU
                 out_score[n] = -np.inf
                 continue
-            use_topology = (policy == P_GPUPACK or params[TOPO_SETS] > 0.0) and (nfree > k_gpus or k_gpus > 1)
-            if use_topology and k_gpus == 1:
-                # one GPU: every free GPU scores the same, so only the chosen node's pick is refined
-                # (after the node loop)
-                use_topology = False
+            # one GPU: every free GPU scores the same, so only the chosen node's pick is refined by
+            # topology (finish_choice)
+            use_topology = (policy == P_GPUPACK or params[TOPO_SETS] > 0.0) and k_gpus > 1
             if use_topology:
-                score_set = best_gpu_set(link_a, numa_a, base, count, free_mask, k_gpus, cur_gpu)
-                if k_gpus > 1:
-                    # absolute: share of GPU pairs joined by NVLink; relative: affinity against the
-                    # best set this node could ever offer
-                    ideal = best_gpu_set(link_a, numa_a, base, count, (1 << count) - 1, k_gpus, tmp_set)
-                    linked = 0
-                    for a in range(k_gpus):
-                        for b in range(a + 1, k_gpus):
-                            if link_a[(base + cur_gpu[a]) * MAX_GPUS + cur_gpu[b]] > 0:
-                                linked += 1
-                    pairs = k_gpus * (k_gpus - 1) // 2
-                    topo = 0.75 * linked / pairs + 0.25 * (score_set / ideal if ideal > 0 else 1.0)
+                score_set = best_gpu_set(link_a, numa_a, base, count, free_mask, k_gpus, cur_gpu, free_idx, pair_scratch)
+                # absolute: share of GPU pairs joined by NVLink; relative: affinity against the
+                # best set this node could ever offer
+                ideal = cache_ideal[n, k_gpus]
+                if ideal < 0:
+                    ideal = best_gpu_set(
+                        link_a, numa_a, base, count, (1 << count) - 1, k_gpus, tmp_set, free_idx, pair_scratch
+                    )
+                    cache_ideal[n, k_gpus] = ideal
+                linked = 0
+                for a in range(k_gpus):
+                    for b in range(a + 1, k_gpus):
+                        if link_a[(base + cur_gpu[a]) * MAX_GPUS + cur_gpu[b]] > 0:
+                            linked += 1
+                pairs = k_gpus * (k_gpus - 1) // 2
+                topo = 0.75 * linked / pairs + 0.25 * (score_set / ideal if ideal > 0 else 1.0)
             else:
                 m = 0
                 for j in range(count):
@@ -621,22 +678,28 @@ def schedule(
             slots = k_gpus
             free_after = free_before - k_gpus * UNIT
             if uses_frag and k_gpus == 1:
-                j = cur_gpu[0]
+                i = base + cur_gpu[0]
+                me = me_a[i]
+                sused = sused_a[i]
                 frag_after = frag_after_change(
-                    j, model, mode, ct, static_a[base + j], 0, 1, 0, 0, loc[L_ME, j], loc[L_SUSED, j],
-                    cpu_after, mem_after, free_before, mix_w, mix_i, mix_shape, mix_allowed, loc, S, H,
+                    model, mode, ct, 0, 1000, False, 0, 0, me, sused, 0, True, 0, 0, me, sused,
+                    cpu_after, mem_after, free_before, mix_w, mix_i, mix_shape, mix_allowed, cache_S, cache_H, n,
                 )
                 if policy == P_FGD:
                     gpu_score = sigmoid_score(frag_before, frag_after)
             elif uses_frag:
+                load_local(base, count, milli_a, whole_a, slices_a, compute_a, me_a, sused_a, loc)
+                for t in range(n_types):
+                    S[0, t] = cache_S[n, t]
+                    H[0, t] = cache_H[n, t]
                 f_change = 0
                 for m in range(k_gpus):
                     j = cur_gpu[m]
-                    f_change += add_gpu_terms(-1, j, model, mode, ct, static_a[base + j], mix_w, mix_i, mix_shape, loc, S, H)
+                    f_change += add_gpu_terms(-1, j, model, mode, ct, static_a[base + j], mix_w, mix_i, mix_shape, loc, S, H, 0)
                     loc[L_WHOLE, j] = True
                     loc[L_MILLI, j] = 0
-                    f_change += add_gpu_terms(1, j, model, mode, ct, static_a[base + j], mix_w, mix_i, mix_shape, loc, S, H)
-                frag_after = node_frag(model, cpu_after, mem_after, free_before + f_change, mix_w, mix_i, mix_allowed, S, H)
+                    f_change += add_gpu_terms(1, j, model, mode, ct, static_a[base + j], mix_w, mix_i, mix_shape, loc, S, H, 0)
+                frag_after = node_frag(model, cpu_after, mem_after, free_before + f_change, mix_w, mix_i, mix_allowed, S, H, 0)
                 if policy == P_FGD:
                     gpu_score = sigmoid_score(frag_before, frag_after)
 
@@ -645,6 +708,10 @@ def schedule(
                 out_verdict[n] = NO_MIG
                 out_score[n] = -np.inf
                 continue
+            load_local(base, count, milli_a, whole_a, slices_a, compute_a, me_a, sused_a, loc)
+            for t in range(n_types):
+                S[0, t] = cache_S[n, t]
+                H[0, t] = cache_H[n, t]
             running_free = free_before
             for q in range(n_inst):
                 s = req_shapes[q, model]
@@ -687,9 +754,12 @@ def schedule(
                                 new_compute = loc[L_COMPUTE, j] + c
                                 new_sused = loc[L_SUSED, j]
                             f_after = frag_after_change(
-                                j, model, mode, ct, static, loc[L_MILLI, j], loc[L_WHOLE, j], new_slices, new_compute,
-                                loc[L_ME, j] | need_me, new_sused,
-                                cpu_after, mem_after, running_free, mix_w, mix_i, mix_shape, mix_allowed, loc, S, H,
+                                model, mode, ct, static,
+                                loc[L_MILLI, j], loc[L_WHOLE, j], loc[L_SLICES, j], loc[L_COMPUTE, j], loc[L_ME, j],
+                                loc[L_SUSED, j],
+                                loc[L_MILLI, j], loc[L_WHOLE, j], new_slices, new_compute, loc[L_ME, j] | need_me,
+                                new_sused,
+                                cpu_after, mem_after, running_free, mix_w, mix_i, mix_shape, mix_allowed, S, H, 0,
                             )
                             key = -f_after
                             better = (
@@ -712,7 +782,7 @@ def schedule(
                     break
                 # take the chosen instance in the local picture
                 static = static_a[base + best_j]
-                running_free += add_gpu_terms(-1, best_j, model, mode, ct, static, mix_w, mix_i, mix_shape, loc, S, H)
+                running_free += add_gpu_terms(-1, best_j, model, mode, ct, static, mix_w, mix_i, mix_shape, loc, S, H, 0)
                 if mode == MODE_STATIC:
                     loc[L_SUSED, best_j] |= 1 << best_pid
                 else:
@@ -720,7 +790,7 @@ def schedule(
                     loc[L_COMPUTE, best_j] += c
                     if need_me:
                         loc[L_ME, best_j] = 1
-                running_free += add_gpu_terms(1, best_j, model, mode, ct, static, mix_w, mix_i, mix_shape, loc, S, H)
+                running_free += add_gpu_terms(1, best_j, model, mode, ct, static, mix_w, mix_i, mix_shape, loc, S, H, 0)
                 cur_gpu[q] = best_j
                 cur_start[q] = best_st
                 cur_shape[q] = s
@@ -731,12 +801,12 @@ def schedule(
             slots = n_inst
             free_after = running_free
             if uses_frag:
-                frag_after = node_frag(model, cpu_after, mem_after, free_after, mix_w, mix_i, mix_allowed, S, H)
+                frag_after = node_frag(model, cpu_after, mem_after, free_after, mix_w, mix_i, mix_allowed, S, H, 0)
                 gpu_score = sigmoid_score(frag_before, frag_after)
 
         else:  # CPU and memory only
             if uses_frag:
-                frag_after = node_frag(model, cpu_after, mem_after, free_before, mix_w, mix_i, mix_allowed, S, H)
+                frag_after = node_frag(model, cpu_after, mem_after, free_before, mix_w, mix_i, mix_allowed, cache_S, cache_H, n)
                 gpu_score = sigmoid_score(frag_before, frag_after)
 
         score = node_score(
@@ -757,12 +827,21 @@ def schedule(
                 best_gpu[q] = cur_gpu[q]
                 best_start[q] = cur_start[q]
                 best_shape[q] = cur_shape[q]
-    if best >= 0 and req[0] == KIND_WHOLE and req[3] == 1 and (policy == P_GPUPACK or params[TOPO_SETS] > 0.0):
-        base = best * MAX_GPUS
-        free_mask = 0
-        for j in range(count_a[best]):
-            i = base + j
-            if static_a[i] == 0 and not whole_a[i] and slices_a[i] == 0 and compute_a[i] == 0 and milli_a[i] == 1000:
-                free_mask |= 1 << j
-        best_gpu_set(link_a, numa_a, base, count_a[best], free_mask, 1, best_gpu)
+    finish_choice(best, req, policy, params, gpus, count_a, best_gpu, free_idx, pair_scratch)
     return best, best_slots
+
+
+@helper
+def finish_choice(best, req, policy, params, gpus, count_a, best_gpu, free_idx, pair_scratch):
+    """Complete the winner's placement: a single whole GPU goes where taking it cuts the fewest links
+    among the node's free GPUs (every free GPU scored the same, so only the winner is refined)."""
+    if best < 0 or req[0] != KIND_WHOLE or req[3] != 1 or not (policy == P_GPUPACK or params[TOPO_SETS] > 0.0):
+        return
+    milli_a, whole_a, slices_a, compute_a, me_a, static_a, sused_a, numa_a, link_a = gpus
+    base = best * MAX_GPUS
+    free_mask = 0
+    for j in range(count_a[best]):
+        i = base + j
+        if static_a[i] == 0 and not whole_a[i] and slices_a[i] == 0 and compute_a[i] == 0 and milli_a[i] == 1000:
+            free_mask |= 1 << j
+    best_gpu_set(link_a, numa_a, base, count_a[best], free_mask, 1, best_gpu, free_idx, pair_scratch)
