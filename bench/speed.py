@@ -2,20 +2,23 @@
 
 Kernel: N nodes x 8 H100-like GPUs with random allocations; one 1-GPU pod decided repeatedly (nothing
 is committed, so every call sees the same inventory).
-HTTP: uvicorn runs in-process in a thread on 127.0.0.1 (ephemeral port) with gpupack's own config; a
-keep-alive `httpx.Client` posts `/filter` bodies of a 1-GPU pod in NodeNames mode (nodeCacheCapable:
-true) and in Nodes mode (the Node objects in the body). Each request is a new pod, so filter reserves one
-GPU per request; the cluster holds 8 GPUs per node, far more than the requests, so it never fills up.
+HTTP: uvicorn runs in this process in a thread on 127.0.0.1 (ephemeral port) with gpupack's own config;
+a keep-alive `httpx.Client` in a separate process posts `/filter` bodies of a 1-GPU pod in NodeNames
+mode (nodeCacheCapable: true) and in Nodes mode (the Node objects in the body). Each request is a new
+pod, so filter reserves one GPU per request; the cluster holds 8 GPUs per node, far more than the
+requests, so it never fills up.
 A bare FastAPI handler that reads the same body and answers a constant is measured alongside.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import socket
 import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -169,17 +172,26 @@ def pod_object(i: int) -> dict[str, Any]:
     }
 
 
-def _latencies(url: str, bodies: Callable[[int], bytes], requests: int, warmup: int) -> list[float]:
+def filter_body(pod_number: int, tail: bytes) -> bytes:
+    """`{"Pod": <pod_object(pod_number)>` followed by `tail` (the candidates and the closing brace)."""
+    return b'{"Pod":' + orjson.dumps(pod_object(pod_number)) + tail
+
+
+def client_latencies(url: str, tail: bytes, first_pod: int, requests: int, warmup: int) -> list[float]:
+    """ms of each `POST /filter` after `warmup` unmeasured ones, one new pod per request.
+
+    Runs in its own process (see `http_latency`), as kube-scheduler does.
+    """
     import httpx
 
     times: list[float] = []
     with httpx.Client(base_url=url, timeout=120, headers={"content-type": "application/json"}) as client:
         for i in range(warmup + requests):
-            body = bodies(i)
+            body = filter_body(first_pod + i, tail)
             started = time.perf_counter()
             response = client.post("/filter", content=body)
             elapsed = time.perf_counter() - started
-            if response.status_code != 200 or response.json().get("Error"):
+            if response.status_code != 200 or orjson.loads(response.content).get("Error"):
                 raise RuntimeError(f"filter failed: {response.status_code} {response.text[:200]}")
             if i >= warmup:
                 times.append(elapsed * 1000.0)
@@ -192,36 +204,38 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def http_latency(node_counts: Sequence[int], requests: int, warmup: int = 20) -> list[dict[str, object]]:
-    """p50/p99 ms of `/filter` for gpupack and a bare handler, NodeNames and Nodes mode, per node count."""
+    """p50/p99 ms of `/filter` for gpupack and a bare handler, NodeNames and Nodes mode, per node count.
+
+    The servers run in this process; the client runs in a separate one, so the two do not share a GIL
+    (kube-scheduler is a process of its own too).
+    """
     from bench.scenarios import node_objects
 
     rows: list[dict[str, object]] = []
     offset = 0
-    for count in node_counts:
-        objects = node_objects(h100_nodes(count))
-        names_json = orjson.dumps([o["metadata"]["name"] for o in objects])
-        nodes_json = orjson.dumps({"metadata": {}, "items": objects})
-        forms = {
-            "NodeNames": lambda pod, n=names_json: b'{"Pod":' + pod + b',"Nodes":null,"NodeNames":' + n + b"}",
-            "Nodes": lambda pod, n=nodes_json: b'{"Pod":' + pod + b',"NodeNames":null,"Nodes":' + n + b"}",
-        }
-        for server, app in (("gpupack", gpupack_app(objects)), ("bare FastAPI", bare_app())):
-            with serving(app) as url:
-                for form, build in forms.items():
-                    start = offset
-                    times = _latencies(
-                        url, lambda i, b=build, s=start: b(orjson.dumps(pod_object(s + i))), requests, warmup
-                    )
-                    offset += requests + warmup
-                    rows.append(
-                        {
-                            "nodes": count,
-                            "server": server,
-                            "mode": form,
-                            "requests": requests,
-                            "body_kib": round(len(build(orjson.dumps(pod_object(0)))) / 1024, 1),
-                            "p50_ms": round(statistics.median(times), 2),
-                            "p99_ms": round(percentile(times, 99), 2),
-                        }
-                    )
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as client:
+        for count in node_counts:
+            objects = node_objects(h100_nodes(count))
+            names_json = orjson.dumps([o["metadata"]["name"] for o in objects])
+            tails = {
+                "NodeNames": b',"Nodes":null,"NodeNames":' + names_json + b"}",
+                "Nodes": b',"NodeNames":null,"Nodes":' + orjson.dumps({"metadata": {}, "items": objects}) + b"}",
+            }
+            for server, app in (("gpupack", gpupack_app(objects)), ("bare FastAPI", bare_app())):
+                with serving(app) as url:
+                    for form, tail in tails.items():
+                        times = client.submit(client_latencies, url, tail, offset, requests, warmup).result()
+                        offset += requests + warmup
+                        rows.append(
+                            {
+                                "nodes": count,
+                                "server": server,
+                                "mode": form,
+                                "requests": requests,
+                                "body_kib": round(len(filter_body(0, tail)) / 1024, 1),
+                                "p50_ms": round(statistics.median(times), 2),
+                                "p99_ms": round(percentile(times, 99), 2),
+                            }
+                        )
     return rows

@@ -68,9 +68,20 @@ class ExtenderFilterResult(_Wire):
     error: str = Field(default="", alias="Error")
 
     def to_json(self) -> bytes:
-        """The body: the node form that was set (`Nodes` or `NodeNames`), both maps, and `Error`."""
-        exclude = {name for name in ("nodes", "node_names") if getattr(self, name) is None}
-        return orjson.dumps(self.model_dump(by_alias=True, exclude=exclude))
+        """The body: the node form that was set (`Nodes` or `NodeNames`), both maps, and `Error`.
+
+        Written out by hand rather than through model_dump: at 5,000 candidates the maps hold
+        thousands of entries, and copying them through pydantic cost more than deciding.
+        """
+        body: dict[str, Any] = {}
+        if self.nodes is not None:
+            body["Nodes"] = {"metadata": self.nodes.metadata, "items": self.nodes.items}
+        if self.node_names is not None:
+            body["NodeNames"] = self.node_names
+        body["FailedNodes"] = self.failed_nodes
+        body["FailedAndUnresolvableNodes"] = self.failed_and_unresolvable_nodes
+        body["Error"] = self.error
+        return orjson.dumps(body)
 
 
 class HostPriority(_Wire):
@@ -126,21 +137,37 @@ def filter_result(
     """The filter answer in the form of `args`: NodeNames, or Nodes with the passing Node objects.
 
     Nodes keep the order kube-scheduler sent them in. Raises ValueError if `passed` names a node
-    that was not a candidate.
+    that was not a candidate. The maps are gpupack's own, so they are taken as they are (no copy,
+    no validation).
     """
     keep = set(passed)
-    unknown = keep.difference(args.candidate_names())
-    if unknown:
-        raise ValueError(f"nodes {sorted(unknown)} were not candidates")
-    result = ExtenderFilterResult(
-        failed_nodes=dict(failed or {}), failed_and_unresolvable_nodes=dict(unresolvable or {})
+    names = args.node_names if args.node_names is not None else args.candidate_names()
+    if len(keep) == 1:
+        chosen = keep.pop()  # decide in filter: one node, so no pass over every candidate to keep order
+        if chosen not in names:
+            raise ValueError(f"nodes {[chosen]} were not candidates")
+        ordered = [chosen]
+    else:
+        ordered = [name for name in names if name in keep]
+        unknown = keep.difference(ordered)
+        if unknown:
+            raise ValueError(f"nodes {sorted(unknown)} were not candidates")
+    result = ExtenderFilterResult.model_construct(
+        failed_nodes=_plain(failed), failed_and_unresolvable_nodes=_plain(unresolvable)
     )
     if args.node_names is not None:
-        result.node_names = [name for name in args.node_names if name in keep]
+        result.node_names = ordered
     else:
         items = args.nodes.items if args.nodes else []
-        result.nodes = NodeList(items=[item for item in items if _item_name(item) in keep])
+        kept = set(ordered)
+        result.nodes = NodeList.model_construct(metadata={}, items=[i for i in items if _item_name(i) in kept])
     return result
+
+
+def _plain(reasons: Mapping[str, str] | None) -> dict[str, str]:
+    if reasons is None:
+        return {}
+    return reasons if isinstance(reasons, dict) else dict(reasons)
 
 
 def filter_error(error: str) -> ExtenderFilterResult:

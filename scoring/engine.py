@@ -134,6 +134,7 @@ class Engine:
         self._sums_cache = _empty_sums(0, 0)
         self._weights_version = 0
         self._scratch: tuple[np.ndarray, ...] | None = None
+        self._mask_cache: tuple[int, tuple[str, ...], np.ndarray] | None = None
 
     def mix_arrays(self) -> tuple:
         """The policy mix as kernel arrays, rebuilt only when the mix or the model list changed."""
@@ -181,14 +182,25 @@ class Engine:
         return nodes, gpus, (inv.model_memory, inv.model_compute)
 
     def candidate_mask(self, candidates: Sequence[str] | None) -> np.ndarray:
-        """Rows allowed by the caller (every active node when None); unknown names are ignored."""
+        """Rows allowed by the caller (every active node when None); unknown names are ignored.
+
+        The last mask is kept: kube-scheduler sends the same candidates call after call, and
+        looking up thousands of names costs more than the kernel. It is reused while the
+        inventory's layout is unchanged and the candidates are the same object or equal to it.
+        """
         n = self.inventory.size
         if candidates is None:
             return self.inventory.node_active[:n].copy()
+        held = self._mask_cache
+        layout = self.inventory.layout_version
+        if held is not None and held[0] == layout and (held[1] is candidates or held[1] == candidates):
+            return held[2]
         mask = np.zeros(n, dtype=np.bool_)
         get = self.inventory.index.get
-        rows = np.fromiter((get(name, -1) for name in candidates), dtype=np.int64)
+        rows = np.fromiter((get(name, -1) for name in candidates), dtype=np.int64, count=len(candidates))
         mask[rows[rows >= 0]] = True
+        if isinstance(candidates, tuple):
+            self._mask_cache = (layout, candidates, mask)
         return mask
 
     def decide(

@@ -45,6 +45,7 @@ class Inventory:
         self.facts: list[NodeFacts | None] = []
         self._free_rows: list[int] = []
         self._version_clock = 0
+        self.layout_version = 0  # changes whenever a name moves to or from a row
         self._allocate(capacity)
 
     # ----------------------------------------------------------------- storage
@@ -149,6 +150,7 @@ class Inventory:
             self.names.append(facts.name)
             self.facts.append(facts)
         self.index[facts.name] = row
+        self.layout_version += 1
         self._touch(row)
         self.node_active[row] = True
         self.node_cpu_cap[row] = self.node_cpu_free[row] = facts.cpu_milli
@@ -255,6 +257,7 @@ class Inventory:
     def remove_node(self, name: str) -> None:
         """Forget a node and everything allocated on it."""
         row = self.index.pop(name)
+        self.layout_version += 1
         self.node_active[row] = False
         self.node_gpu_count[row] = 0
         self.names[row] = None

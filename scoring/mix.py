@@ -161,17 +161,17 @@ class LearnedMix(WorkloadMix):
         self._since_refresh = 0
         ordered = sorted(self._counts.items(), key=lambda item: item[1], reverse=True)
         total = sum(v for _, v in ordered)
-        types: list[TaskType] = []
-        weights: list[float] = []
+        chosen: set[TaskType] = set()
         covered = 0.0
         for task, weight in ordered[:MAX_TYPES]:
             if covered >= self._coverage * total:
                 break
-            types.append(task)
-            weights.append(weight)
+            chosen.add(task)
             covered += weight
-        self.types = types
-        self.weights = np.asarray(weights, dtype=np.float64)
+        # types keep the order they were first seen in, so a refresh that only moves weights leaves
+        # the kernel's per-node sums (one per type, by position) valid
+        self.types = [task for task in self._counts if task in chosen]
+        self.weights = np.asarray([self._counts[task] for task in self.types], dtype=np.float64)
         self.version += 1
 
 

@@ -271,3 +271,17 @@ def test_allowed_products_exclude_other_models() -> None:
     decision = cluster.decide(whole(1, allowed_products=frozenset({"NVIDIA-H200"})))
     assert decision.node == "h200"
     assert decision.verdicts[cluster.inventory.index["a30"]] == k.MODEL_NOT_ALLOWED
+
+
+def test_same_candidates_follow_their_names_to_new_rows() -> None:
+    """The engine keeps the last candidate mask; a node leaving and coming back on another row must
+    not leave the mask pointing at the row's new owner."""
+    cluster = Cluster(node("a", H100, 8), node("b", H100, 8))
+    candidates = ("a",)
+    assert cluster.engine.decide(whole(1), candidates).node == "a"
+    cluster.inventory.remove_node("a")
+    cluster.inventory.add_node(node("x", H100, 8))  # reuses a's row
+    cluster.inventory.add_node(node("a", H100, 8))  # a new row
+    decision = cluster.engine.decide(whole(1), candidates)
+    assert decision.node == "a"
+    assert decision.rows.tolist() == [cluster.inventory.index["a"]]

@@ -11,7 +11,7 @@ import pytest
 
 from extender.settings import Settings
 from extender.sources import NodeDeleted, NodeUpserted, PodDeleted, PodUpserted, Synced, load_cluster_objects
-from extender.state import UNKNOWN_NODE, BindError, ClusterState, normalise
+from extender.state import NOT_CHOSEN, UNKNOWN_NODE, UNSCHEDULABLE_NODE, BindError, ClusterState, normalise
 from scoring.facts import GpuSlot
 from tests.extender_helpers import (
     EXAMPLE_CLUSTER,
@@ -138,7 +138,7 @@ def test_filter_reserves_at_once_and_returns_the_same_reservation_on_retry() -> 
     first = pod("p1", gpus=1)
     chosen, failed, unresolvable = state.decide_for_filter(first, ["a", "b", "ghost"])
     other = "b" if chosen == "a" else "a"
-    assert failed == {other: f"gpupack chose {chosen}"}
+    assert failed == {other: NOT_CHOSEN}
     assert unresolvable == {"ghost": UNKNOWN_NODE}
     assert state.decide_for_filter(first, ["a", "b"])[0] == chosen  # kube-scheduler retry
     chosen2, _, _ = state.decide_for_filter(pod("p2", gpus=1), ["a", "b"])
@@ -329,3 +329,31 @@ def test_synced_and_ready() -> None:
     assert not state.ready
     state.warm_up()
     assert state.ready
+
+
+def test_the_same_candidates_see_every_node_change() -> None:
+    """kube-scheduler sends the same candidate list call after call; each change to the nodes behind
+    it (deleted, added, cordoned, uncordoned) must show in the next answer all the same."""
+    state = state_from([node("a", L4, 1), node("b", L4, 1), node("c", L4, 1)])
+    candidates = ["a", "b", "c", "d"]
+    first, failed, unresolvable = state.decide_for_filter(pod("p1", gpus=1), candidates)
+    assert first is not None and unresolvable == {"d": UNKNOWN_NODE}
+    assert failed == dict.fromkeys({"a", "b", "c"} - {first}, NOT_CHOSEN)
+
+    state.apply(NodeDeleted(first))
+    state.apply(NodeUpserted(node("d", L4, 1)))  # takes the deleted node's inventory row
+    second, _, unresolvable = state.decide_for_filter(pod("p2", gpus=1), candidates)
+    assert unresolvable == {first: UNKNOWN_NODE}
+    assert second in {"a", "b", "c", "d"} - {first}
+
+    left = sorted({"a", "b", "c", "d"} - {first, second})
+    cordoned = left[0]
+    state.apply(NodeUpserted({**node(cordoned, L4, 1), "spec": {"unschedulable": True}}))
+    third, _, unresolvable = state.decide_for_filter(pod("p3", gpus=1), candidates)
+    assert unresolvable == {first: UNKNOWN_NODE, cordoned: UNSCHEDULABLE_NODE}
+    assert third == left[1]
+
+    state.apply(NodeUpserted(node(cordoned, L4, 1)))  # uncordoned
+    fourth, _, unresolvable = state.decide_for_filter(pod("p4", gpus=1), candidates)
+    assert unresolvable == {first: UNKNOWN_NODE}
+    assert fourth == cordoned
