@@ -163,6 +163,13 @@ def gpupack_app(node_objects: list[dict[str, Any]]) -> Any:
     return create_app(state, settings)
 
 
+def tuned_like_serve() -> None:
+    """The garbage-collector settings `gpupack serve` runs with, for this (server) process."""
+    from extender.service import tune_gc
+
+    tune_gc()
+
+
 def pod_object(i: int) -> dict[str, Any]:
     """A 1-GPU pod, new name and uid per `i`."""
     resources = {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}
@@ -223,6 +230,7 @@ def http_latency(node_counts: Sequence[int], requests: int, warmup: int = 20) ->
                 "Nodes": b',"NodeNames":null,"Nodes":' + orjson.dumps({"metadata": {}, "items": objects}) + b"}",
             }
             for server, app in (("gpupack", gpupack_app(objects)), ("bare FastAPI", bare_app())):
+                tuned_like_serve()
                 with serving(app) as url:
                     for form, tail in tails.items():
                         times = client.submit(client_latencies, url, tail, offset, requests, warmup).result()
