@@ -545,7 +545,7 @@ class ClusterState:
             if reservation is not None:
                 if reservation.node in known:
                     self.decisions["reused", ""] += 1
-                    return reservation.node, self._not_chosen(known, reservation.node, {}), unresolvable
+                    return reservation.node, self._failed_nodes(known, reservation.node, {}), unresolvable
                 self._release(self.book.forget(uid, "not a candidate"))
             decision = self.engine.decide(request, known)
             failed = decision.reasons()
@@ -556,16 +556,18 @@ class ClusterState:
                 return None, failed, unresolvable
             self.inventory.commit(placement)
             self.book.assume(uid, key, placement, request)
-            failed = self._not_chosen(known, placement.node, failed)
+            failed = self._failed_nodes(known, placement.node, failed)
             self.decisions["placed", ""] += 1
             score = decision.score_of(self.inventory.index[placement.node])
             self._log(key, placement, score, started, len(known))
             return placement.node, failed, unresolvable
 
-    def _not_chosen(self, known: tuple[str, ...], chosen: str, failed: Mapping[str, str]) -> dict[str, str]:
-        """FailedNodes of a decision: `failed` with their reasons, every other candidate but `chosen`
-        as NOT_CHOSEN. The NOT_CHOSEN map is kept per candidate tuple (copying it is ~20 times
-        faster than building it, which matters at thousands of candidates)."""
+    def _failed_nodes(self, known: tuple[str, ...], chosen: str, failed: dict[str, str]) -> dict[str, str]:
+        """FailedNodes of a decision: the infeasible candidates with their reasons and, with
+        `reportNotChosen`, every other candidate but `chosen` as NOT_CHOSEN. The NOT_CHOSEN map is
+        kept per candidate tuple (copying it is ~20 times faster than building it)."""
+        if not self.settings.report_not_chosen:
+            return failed
         held = self._last_not_chosen
         if held is None or held[0] is not known:
             held = self._last_not_chosen = (known, dict.fromkeys(known, NOT_CHOSEN))

@@ -42,11 +42,13 @@ def cluster_objects(folder: Path) -> list[dict[str, Any]]:
     return [*nodes, *pods.values()]
 
 
+@pytest.mark.parametrize("report_not_chosen", [True, False], ids=["default", "reportNotChosen-false"])
 @pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
-def test_replay_captures_in_order(folder: Path, tmp_path: Path) -> None:
-    state, source = file_state(write_cluster(tmp_path / "cluster.yaml", cluster_objects(folder)))
+def test_replay_captures_in_order(folder: Path, report_not_chosen: bool, tmp_path: Path) -> None:
+    settings = Settings(report_not_chosen=report_not_chosen)
+    state, source = file_state(write_cluster(tmp_path / "cluster.yaml", cluster_objects(folder)), settings)
     state.warm_up()
-    client = TestClient(create_app(state, Settings()))
+    client = TestClient(create_app(state, settings))
     for path in sorted(folder.glob("*.request.json")):
         verb = path.name.split("-")[1]
         raw = path.read_bytes()
@@ -57,7 +59,7 @@ def test_replay_captures_in_order(folder: Path, tmp_path: Path) -> None:
         assert response.headers["content-type"] == "application/json"
         body = response.json()
         if verb == "filter":
-            check_filter(request, body, captured)
+            check_filter(request, body, captured, report_not_chosen)
         elif verb == "prioritize":
             names = request["NodeNames"] or [n["metadata"]["name"] for n in request["Nodes"]["items"]]
             assert [p["Host"] for p in body] == names
@@ -75,7 +77,7 @@ def test_replay_captures_in_order(folder: Path, tmp_path: Path) -> None:
     assert state.snapshot().reservations == {"assumed": len(set(names) - bound), "binding": 0}
 
 
-def check_filter(request: dict[str, Any], body: dict[str, Any], captured: dict[str, Any]) -> None:
+def check_filter(request: dict[str, Any], body: dict[str, Any], captured: dict[str, Any], every_node: bool) -> None:
     cache_capable = request["NodeNames"] is not None
     candidates = request["NodeNames"] if cache_capable else [n["metadata"]["name"] for n in request["Nodes"]["items"]]
     assert body["Error"] == ""
@@ -88,9 +90,11 @@ def check_filter(request: dict[str, Any], body: dict[str, Any], captured: dict[s
         passed = [item["metadata"]["name"] for item in body["Nodes"]["items"]]
         originals = {n["metadata"]["name"]: n for n in request["Nodes"]["items"]}
         assert all(item == originals[item["metadata"]["name"]] for item in body["Nodes"]["items"])
-    # decide in filter: exactly one node passes; every other candidate is named with a reason
+    # decide in filter: exactly one node passes; the infeasible candidates are named with a reason (here
+    # every node fits, so none), and with reportNotChosen every other candidate too
     assert len(passed) == 1
     rejected = set(body["FailedNodes"]) | set(body["FailedAndUnresolvableNodes"])
-    assert rejected | set(passed) == set(candidates) and not rejected & set(passed)
+    assert not rejected & set(passed)
+    assert rejected | set(passed) == (set(candidates) if every_node else set(passed))
     assert all(isinstance(reason, str) and reason for reason in body["FailedNodes"].values())
     assert set(captured) >= {"Error"}

@@ -331,6 +331,17 @@ def test_synced_and_ready() -> None:
     assert state.ready
 
 
+def test_failed_nodes_name_the_rest_or_with_report_not_chosen_off_the_infeasible_only() -> None:
+    nodes = [node("a", L4, 1), node("b", L4, 1), node("small", L4, 1, cpu="1")]
+    request = pod("p", gpus=1, cpu="2")
+    chosen, failed, _ = state_from(nodes).decide_for_filter(request, ["a", "b", "small"])
+    other = "b" if chosen == "a" else "a"
+    assert failed == {"small": "not enough free CPU", other: NOT_CHOSEN}
+    lean = state_from(nodes, settings=Settings(report_not_chosen=False))
+    _, failed, _ = lean.decide_for_filter(request, ["a", "b", "small"])
+    assert failed == {"small": "not enough free CPU"}
+
+
 def test_the_same_candidates_see_every_node_change() -> None:
     """kube-scheduler sends the same candidate list call after call; each change to the nodes behind
     it (deleted, added, cordoned, uncordoned) must show in the next answer all the same."""
