@@ -125,7 +125,11 @@ def _profile_order(profile: str) -> tuple[int, str]:
 
 
 class Engine:
-    """Runs one policy over one inventory."""
+    """Runs one policy over one inventory.
+
+    An engine keeps per-node caches and the kernel's working arrays between calls, so one engine
+    decides one request at a time (the extender's ClusterState calls it under its lock).
+    """
 
     def __init__(self, inventory: Inventory, policy: PolicySpec) -> None:
         self.inventory = inventory
