@@ -136,12 +136,17 @@ def gpu_terms(kind, milli_t, shape_t, mode, ct, milli, whole, slices, compute, m
 @helper
 def node_summary(
     model, mode, ct, base, count, milli_a, whole_a, slices_a, compute_a, me_a, static_a, sused_a,
-    mix_w, mix_i, mix_shape, S, H, r,
+    mix_w, mix_i, mix_shape, S, H, r, gpu_S, gpu_H,
 ):
     """Per task type the sum of units the type cannot use (into S) and the count of GPUs that can host
     one unit of it (into H). Returns (free units, mask of untouched plain GPUs, mask of plain GPUs);
-    plain = no MIG instance and not taken whole, so shares and whole GPUs may use it."""
-    for t in range(len(mix_w)):
+    plain = no MIG instance and not taken whole, so shares and whole GPUs may use it.
+
+    A GPU in the same state as an earlier GPU of the node (all free, all taken: the common case)
+    reuses that GPU's terms, kept in the scratch rows gpu_S[j] and gpu_H[j].
+    """
+    n_types = len(mix_w)
+    for t in range(n_types):
         S[r, t] = 0
         H[r, t] = 0
     free = 0
@@ -153,6 +158,7 @@ def node_summary(
         whole = whole_a[i]
         slices = slices_a[i]
         compute = compute_a[i]
+        me = me_a[i]
         static = static_a[i]
         sused = sused_a[i]
         free += gpu_free_units(mode, ct, milli, whole, slices, compute, static, sused)
@@ -160,11 +166,24 @@ def node_summary(
             plain_mask |= 1 << j
             if milli == 1000:
                 free_mask |= 1 << j
-        for t in range(len(mix_w)):
-            gf, host = gpu_terms(
-                mix_i[t, 0], mix_i[t, 4], mix_shape[t, model], mode, ct,
-                milli, whole, slices, compute, me_a[i], static, sused,
-            )
+        same = -1
+        for o in range(j if n_types > 0 else 0):
+            e = base + o
+            if (milli_a[e] == milli and whole_a[e] == whole and slices_a[e] == slices and compute_a[e] == compute
+                    and me_a[e] == me and static_a[e] == static and sused_a[e] == sused):
+                same = o
+                break
+        for t in range(n_types):
+            if same >= 0:
+                gf = gpu_S[same, t]
+                host = gpu_H[same, t]
+            else:
+                gf, host = gpu_terms(
+                    mix_i[t, 0], mix_i[t, 4], mix_shape[t, model], mode, ct,
+                    milli, whole, slices, compute, me, static, sused,
+                )
+            gpu_S[j, t] = gf
+            gpu_H[j, t] = host
             S[r, t] += gf
             H[r, t] += host
     return free, free_mask, plain_mask
@@ -464,6 +483,8 @@ def make_scratch(types: int, width: int) -> tuple[np.ndarray, ...]:
         np.zeros(MAX_GPUS, dtype=np.int32),  # best_gpu_set's output for the ideal set
         np.zeros(MAX_GPUS, dtype=np.int64),  # best_gpu_set's scratch
         np.zeros(MAX_GPUS * MAX_GPUS, dtype=np.int64),
+        np.zeros((MAX_GPUS, types), dtype=np.int64),  # node_summary: per-GPU terms
+        np.zeros((MAX_GPUS, types), dtype=np.int64),
     )
 
 
@@ -493,7 +514,7 @@ def schedule(
     max_price, max_memory = candidate_maxima(active, model_a, count_a, price_a, model_memory, candidate)
     n_nodes = active.shape[0]
     n_types = mix_w.shape[0]
-    S, H, loc, cur_gpu, cur_start, cur_shape, tmp_set, free_idx, pair_scratch = scratch
+    S, H, loc, cur_gpu, cur_start, cur_shape, tmp_set, free_idx, pair_scratch, gpu_S, gpu_H = scratch
     kind = req[0]
     cpu = req[1]
     mem = req[2]
@@ -541,7 +562,7 @@ def schedule(
         if fresh:
             free_before, free_mask, plain_mask = node_summary(
                 model, mode, ct, base, count, milli_a, whole_a, slices_a, compute_a, me_a, static_a, sused_a,
-                mix_w, mix_i, mix_shape, cache_S, cache_H, n,
+                mix_w, mix_i, mix_shape, cache_S, cache_H, n, gpu_S, gpu_H,
             )
             cache_free[n] = free_before
             cache_free_mask[n] = free_mask
