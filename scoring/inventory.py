@@ -72,6 +72,8 @@ class Inventory:
         self.gpu_slices = np.zeros(g, dtype=np.int32)  # dynamic MIG: occupied memory-slice mask
         self.gpu_compute = np.zeros(g, dtype=np.int32)  # dynamic MIG: compute slices in use
         self.gpu_me = np.zeros(g, dtype=np.bool_)  # a +me instance exists (one per GPU)
+        # dynamic MIG: memory slices where an instance starts, so a release names one whole instance
+        self.gpu_starts = np.zeros(g, dtype=np.int32)
         self.gpu_static = np.zeros(g, dtype=np.int32)  # static MIG: placement-id mask of instances
         self.gpu_static_used = np.zeros(g, dtype=np.int32)  # static MIG: instances in use
         self.gpu_numa = np.zeros(g, dtype=np.int32)
@@ -167,7 +169,9 @@ class Inventory:
         span = slice(base, base + MAX_GPUS)
         self.gpu_milli_free[span] = 0
         self.gpu_milli_free[base : base + facts.gpu_count] = FULL_MILLI
-        for arr in (self.gpu_whole, self.gpu_slices, self.gpu_compute, self.gpu_me, self.gpu_static_used):
+        for arr in (
+            self.gpu_whole, self.gpu_slices, self.gpu_compute, self.gpu_me, self.gpu_starts, self.gpu_static_used
+        ):
             arr[span] = 0
         self.gpu_static[span] = static
         self.gpu_numa[span] = numa
@@ -334,6 +338,7 @@ class Inventory:
         slices = self.gpu_slices[rows].copy()
         compute = self.gpu_compute[rows].copy()
         me = self.gpu_me[rows].copy()
+        starts = self.gpu_starts[rows].copy()
         static_used = self.gpu_static_used[rows].copy()
         static = self.gpu_static[rows]
         mode = MigMode(int(self.node_mig_mode[row]))
@@ -371,11 +376,13 @@ class Inventory:
                     slices[g] |= bits
                     compute[g] += c
                     me[g] |= is_me
+                    starts[g] |= 1 << slot.start
                 else:
-                    if slices[g] & bits != bits or compute[g] < c:
+                    if not _is_instance(int(slices[g]), int(starts[g]), slot.start, int(SHAPE_SIZE[shape])):
                         raise InventoryError(f"{where}: GPU {g} {slot.mig}@{slot.start} is not allocated")
                     slices[g] &= ~bits
                     compute[g] -= c
+                    starts[g] &= ~(1 << slot.start)
                     if is_me:
                         me[g] = False
             elif slot.milli:
@@ -409,6 +416,7 @@ class Inventory:
             (self.gpu_slices, slices),
             (self.gpu_compute, compute),
             (self.gpu_me, me),
+            (self.gpu_starts, starts),
             (self.gpu_static_used, static_used),
         ):
             for j in range(count):
@@ -443,6 +451,18 @@ class Inventory:
         for pid in range(len(PLACEMENT_SHAPE)):
             result += ((used >> pid) & 1) * SHAPE_COMPUTE[PLACEMENT_SHAPE[pid]]
         return result
+
+
+def _is_instance(slices: int, starts: int, start: int, size: int) -> bool:
+    """Whether memory slices [start, start + size) hold exactly one instance: it starts there, no
+    other starts inside, and the slice after it is free or starts the next one."""
+    inside = slice_bits(size, start)
+    after = 1 << (start + size)
+    return (
+        slices & inside == inside
+        and starts & inside == 1 << start
+        and (not slices & after or bool(starts & after))
+    )
 
 
 def _gpu_tag(placement: Placement) -> int:

@@ -290,6 +290,10 @@ BAD_RELEASES: list[tuple[Placement, str]] = [
     (Placement("plain", (GpuSlot(1, milli=601),)), "share 601 is not allocated"),
     (Placement("dyn", (GpuSlot(1, mig="1g.10gb", start=0),)), "1g.10gb@0 is not allocated"),
     (Placement("dyn", (GpuSlot(0, mig="3g.40gb", start=0),)), "3g.40gb@0 is not allocated"),
+    # a smaller profile over part of the 3g.40gb@4 instance: the slices are in use, but not as that instance
+    (Placement("dyn", (GpuSlot(0, mig="2g.20gb", start=4),)), "2g.20gb@4 is not allocated"),
+    (Placement("dyn", (GpuSlot(0, mig="1g.10gb", start=4),)), "1g.10gb@4 is not allocated"),
+    (Placement("dyn", (GpuSlot(0, mig="1g.10gb", start=6),)), "1g.10gb@6 is not allocated"),
     (Placement("static", (GpuSlot(0, mig="3g.40gb", start=0),)), "3g.40gb@0 already free"),
     (Placement("static", (GpuSlot(1, mig="1g.10gb", start=0),)), "has no 1g.10gb@0 instance"),
 ]
