@@ -97,7 +97,8 @@ class RequestArrays:
 
 def _empty_sums(nodes: int, types: int) -> tuple[np.ndarray, ...]:
     """The kernel's per-node cache, all invalid: (node version stamp, S, H, fragmentation,
-    weights-version stamp, free units, untouched-GPU mask, plain-GPU mask, best k-GPU set affinity)."""
+    weights-version stamp, free units, untouched-GPU mask, plain-GPU mask, best k-GPU set and its
+    topology rating)."""
     return (
         np.full(nodes, -1, dtype=np.int64),
         np.zeros((nodes, types), dtype=np.int64),
@@ -108,6 +109,7 @@ def _empty_sums(nodes: int, types: int) -> tuple[np.ndarray, ...]:
         np.zeros(nodes, dtype=np.int64),
         np.zeros(nodes, dtype=np.int64),
         np.zeros((nodes, MAX_GPUS + 1), dtype=np.int64),
+        np.full((nodes, MAX_GPUS + 1), -1.0, dtype=np.float64),
     )
 
 

@@ -351,6 +351,22 @@ def best_gpu_set(link_a, numa_a, base, count, free_mask, k, out, free_idx, pairs
 
 
 @helper
+def set_topology(link_a, numa_a, base, count, free_mask, k, out, tmp_set, free_idx, pair_scratch):
+    """Choose the best-connected k free GPUs (into `out`) and rate them 0..1: three quarters the share
+    of their GPU pairs joined by NVLink, one quarter their affinity against the best set of k this
+    node could offer with every GPU free."""
+    score_set = best_gpu_set(link_a, numa_a, base, count, free_mask, k, out, free_idx, pair_scratch)
+    ideal = best_gpu_set(link_a, numa_a, base, count, (1 << count) - 1, k, tmp_set, free_idx, pair_scratch)
+    linked = 0
+    for a in range(k):
+        for b in range(a + 1, k):
+            if link_a[(base + out[a]) * MAX_GPUS + out[b]] > 0:
+                linked += 1
+    pairs = k * (k - 1) // 2
+    return 0.75 * linked / pairs + 0.25 * (score_set / ideal if ideal > 0 else 1.0)
+
+
+@helper
 def node_used_fraction(count, free):
     if count == 0:
         return 0.0
@@ -499,15 +515,15 @@ def schedule(
     `make_scratch`.
 
     `cache` = (stamp[N], S[N, T], H[N, T], frag[N], weights_stamp[N], free[N], free_mask[N],
-    plain_mask[N], ideal[N, MAX_GPUS + 1], weights_version) keeps each node's per-type sums, free
-    units, GPU masks and best k-GPU affinity for as long as its version (`inv`'s last array) is
-    unchanged, and its fragmentation while the mix weights are unchanged too: an unchanged node is
-    scored without reading its GPUs one by one. The tuples are unpacked once here.
+    plain_mask[N], set[N, MAX_GPUS + 1], topo[N, MAX_GPUS + 1], weights_version) keeps each node's
+    per-type sums, free units, GPU masks and best k-GPU set with its rating for as long as its version
+    (`inv`'s last array) is unchanged, and its fragmentation while the mix weights are unchanged too:
+    an unchanged node is scored without reading its GPUs one by one. The tuples are unpacked once here.
     """
     (active, cpu_free_a, mem_free_a, pods_free_a, model_a, mode_a, count_a, spot_a, price_a,
      cpu_cap_a, mem_cap_a, pods_cap_a, tags_a, version_a) = inv
     (cache_stamp, cache_S, cache_H, cache_frag, cache_weights, cache_free, cache_free_mask, cache_plain_mask,
-     cache_ideal, weights_version) = cache
+     cache_set, cache_topo, weights_version) = cache
     milli_a, whole_a, slices_a, compute_a, me_a, static_a, sused_a, numa_a, link_a = gpus
     model_memory, model_compute = models
     mix_w, mix_i, mix_shape, mix_allowed = mix
@@ -568,7 +584,7 @@ def schedule(
             cache_free_mask[n] = free_mask
             cache_plain_mask[n] = plain_mask
             for size in range(MAX_GPUS + 1):
-                cache_ideal[n, size] = -1
+                cache_topo[n, size] = -1.0
             cache_stamp[n] = version_a[n]
         else:
             free_before = cache_free[n]
@@ -671,22 +687,22 @@ def schedule(
             # topology (finish_choice)
             use_topology = (policy == P_GPUPACK or params[TOPO_SETS] > 0.0) and k_gpus > 1
             if use_topology:
-                score_set = best_gpu_set(link_a, numa_a, base, count, free_mask, k_gpus, cur_gpu, free_idx, pair_scratch)
-                # absolute: share of GPU pairs joined by NVLink; relative: affinity against the
-                # best set this node could ever offer
-                ideal = cache_ideal[n, k_gpus]
-                if ideal < 0:
-                    ideal = best_gpu_set(
-                        link_a, numa_a, base, count, (1 << count) - 1, k_gpus, tmp_set, free_idx, pair_scratch
-                    )
-                    cache_ideal[n, k_gpus] = ideal
-                linked = 0
-                for a in range(k_gpus):
-                    for b in range(a + 1, k_gpus):
-                        if link_a[(base + cur_gpu[a]) * MAX_GPUS + cur_gpu[b]] > 0:
-                            linked += 1
-                pairs = k_gpus * (k_gpus - 1) // 2
-                topo = 0.75 * linked / pairs + 0.25 * (score_set / ideal if ideal > 0 else 1.0)
+                if cache_topo[n, k_gpus] >= 0.0:
+                    # the best set depends on the node's free GPUs only: kept while the node is unchanged
+                    m = 0
+                    for j in range(count):
+                        if cache_set[n, k_gpus] & (1 << j):
+                            cur_gpu[m] = j
+                            m += 1
+                    topo = cache_topo[n, k_gpus]
+                else:
+                    topo = set_topology(link_a, numa_a, base, count, free_mask, k_gpus, cur_gpu, tmp_set, free_idx,
+                                        pair_scratch)
+                    chosen = 0
+                    for m in range(k_gpus):
+                        chosen |= 1 << cur_gpu[m]
+                    cache_set[n, k_gpus] = chosen
+                    cache_topo[n, k_gpus] = topo
             else:
                 m = 0
                 for j in range(count):
