@@ -573,7 +573,8 @@ def schedule(
         count = count_a[n]
         base = n * MAX_GPUS
         ct = model_compute[model]
-        # the node's sums live in cache_S[n] and cache_H[n]; paths that try several changes copy them into S[0] and H[0] first
+        # the node's sums live in cache_S[n] and cache_H[n]; paths that try several changes copy them
+        # into S[0] and H[0] first
         fresh = cache_stamp[n] != version_a[n]
         if fresh:
             free_before, free_mask, plain_mask = node_summary(
