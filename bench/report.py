@@ -84,10 +84,10 @@ class BenchConfig:
     scale: float = 1.0  # node counts of the MIG / NVLink / cost clusters
     cost_ratios: tuple[float, ...] = (1.0, 0.6)
     kernel_nodes: tuple[int, ...] = (1000, 5000, 10000)
-    kernel_calls: int = 50
+    kernel_calls: int = 200
     reference_calls: int = 5  # at 1,000 nodes; proportionally fewer on larger clusters
     http_nodes: tuple[int, ...] = (1000, 5000)
-    http_requests: int = 300
+    http_requests: int = 1000  # p99 then rests on the 10 slowest, not 3
     workers: int = 2
     update_readme: bool = False
 
