@@ -128,14 +128,16 @@ def render(
         "caches hold every node, as in the extender, where a decision changes one node; `numba cold ms` is the "
         "first decision of a fresh engine, which reads every node in full.\n\n"
         + _tables(speed, "speed_kernel")
-        + "\n\nHTTP: `POST /filter` over loopback to uvicorn (gpupack's config, in the bench process, in a thread) "
-        "from a keep-alive httpx client in a separate process (kube-scheduler is a process of its own too); 20 "
-        "warm-up requests first. NodeNames = nodeCacheCapable true; Nodes = false, the Node objects in the body. "
-        "Each request is a new 1-GPU pod: filter reserves one GPU for it and the reservation is kept (the "
-        "cluster has 8 GPUs per node, far more than the requests). `bare` = a FastAPI handler that reads the "
-        "same body and answers a constant. gpupack's answer names every candidate: the chosen node in "
-        "NodeNames, every other one in FailedNodes with its reason (`gpupack chose another node` for the "
-        "feasible ones), about 200 KiB at 5,000 nodes, where the bare handler answers 70 bytes.\n\n"
+        + "\n\nHTTP: `POST /filter` over loopback to `gpupack serve --cluster-file` running as a process of "
+        "its own, exactly as users run it (decision log lines included, sent to /dev/null), from a keep-alive "
+        "httpx client in a third process (kube-scheduler is a process of its own too); 20 warm-up requests "
+        "first. NodeNames = nodeCacheCapable true; Nodes = false, the Node objects in the body. Each request "
+        "is a new 1-GPU pod: filter reserves one GPU for it and the reservation is kept (the cluster has 8 "
+        "GPUs per node, far more than the requests). `bare` = a FastAPI handler that reads the same body and "
+        "answers a constant, in its own process under the same uvicorn config. gpupack's answer names every "
+        "candidate: the chosen node in NodeNames, every other one in FailedNodes with its reason (`gpupack "
+        "chose another node` for the feasible ones), about 200 KiB at 5,000 nodes, where the bare handler "
+        "answers 70 bytes.\n\n"
         + _tables(speed, "speed_http") + "\n\n" + _images(speed),
         "## Where gpupack is better than a baseline\n\n" + bullet_list(better),
     ]

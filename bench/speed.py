@@ -2,12 +2,13 @@
 
 Kernel: N nodes x 8 H100-like GPUs with random allocations; one 1-GPU pod decided repeatedly (nothing
 is committed, so every call sees the same inventory).
-HTTP: uvicorn runs in this process in a thread on 127.0.0.1 (ephemeral port) with gpupack's own config;
-a keep-alive `httpx.Client` in a separate process posts `/filter` bodies of a 1-GPU pod in NodeNames
-mode (nodeCacheCapable: true) and in Nodes mode (the Node objects in the body). Each request is a new
+HTTP: `gpupack serve --cluster-file` runs as a child process on 127.0.0.1 (a free port); a keep-alive
+`httpx.Client` in another process posts `/filter` bodies of a 1-GPU pod in NodeNames mode
+(nodeCacheCapable: true) and in Nodes mode (the Node objects in the body). Each request is a new
 pod, so filter reserves one GPU per request; the cluster holds 8 GPUs per node, far more than the
 requests, so it never fills up.
-A bare FastAPI handler that reads the same body and answers a constant is measured alongside.
+A bare FastAPI handler that reads the same body and answers a constant is measured alongside, in its own
+process under the same uvicorn config.
 """
 
 from __future__ import annotations
@@ -15,11 +16,15 @@ from __future__ import annotations
 import multiprocessing
 import socket
 import statistics
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -116,6 +121,10 @@ def bare_app() -> FastAPI:
         await request.body()
         return Response(content=answer, media_type="application/json")
 
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return Response(content=b"{}", media_type="application/json")
+
     return app
 
 
@@ -147,27 +156,65 @@ def serving(app: Any) -> Iterator[str]:
         sock.close()
 
 
-def gpupack_app(node_objects: list[dict[str, Any]]) -> Any:
-    """The extender app over an in-memory cluster of `node_objects` (synced and warmed up)."""
-    from extender.app import create_app
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def server_process(command: Sequence[str], port: int, ready_path: str, timeout: float = 180) -> Iterator[str]:
+    """Run the server `command` (listening on 127.0.0.1:`port`) as a child process; yields its URL once
+    `ready_path` answers 200, stops it afterwards."""
+    import httpx
+
+    url = f"http://127.0.0.1:{port}"
+    child = subprocess.Popen(list(command), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if child.poll() is not None:
+                raise RuntimeError(f"{command[2:4]} exited with {child.returncode} before it was ready")
+            try:
+                if httpx.get(url + ready_path, timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{command[2:4]} not ready within {timeout:g} s")
+            time.sleep(0.2)
+        yield url
+    finally:
+        child.terminate()
+        try:
+            child.wait(15)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(5)
+
+
+def gpupack_server(cluster_file: Path) -> tuple[list[str], int, str]:
+    """(command, port, ready path) of `gpupack serve --cluster-file`, exactly as a user runs it."""
+    port = free_port()
+    command = [sys.executable, "-m", "extender.cli", "serve", "--cluster-file", str(cluster_file)]
+    return [*command, "--port", str(port)], port, "/readyz"
+
+
+def bare_server() -> tuple[list[str], int, str]:
+    """(command, port, ready path) of `bare_app` under uvicorn with gpupack's config (`python -m bench.speed`)."""
+    port = free_port()
+    return [sys.executable, "-m", "bench.speed", "--bare-port", str(port)], port, "/healthz"
+
+
+def serve_bare(port: int) -> None:
+    """Serve `bare_app` on 127.0.0.1:`port` until interrupted."""
+    import uvicorn
+
+    from extender.service import uvicorn_config
     from extender.settings import Settings
-    from extender.sources import NodeUpserted, Synced
-    from extender.state import ClusterState
 
-    settings = Settings()
-    state = ClusterState(settings)
-    for obj in node_objects:
-        state.apply(NodeUpserted(obj))
-    state.apply(Synced())
-    state.warm_up()
-    return create_app(state, settings)
-
-
-def tuned_like_serve() -> None:
-    """The garbage-collector settings `gpupack serve` runs with, for this (server) process."""
-    from extender.service import tune_gc
-
-    tune_gc()
+    uvicorn.Server(uvicorn_config(bare_app(), Settings(port=port))).run()
 
 
 def pod_object(i: int) -> dict[str, Any]:
@@ -213,25 +260,29 @@ def percentile(values: Sequence[float], q: float) -> float:
 def http_latency(node_counts: Sequence[int], requests: int, warmup: int = 20) -> list[dict[str, object]]:
     """p50/p99 ms of `/filter` for gpupack and a bare handler, NodeNames and Nodes mode, per node count.
 
-    The servers run in this process; the client runs in a separate one, so the two do not share a GIL
-    (kube-scheduler is a process of its own too).
+    Each server is a process of its own: `gpupack serve --cluster-file` as users run it (its logs, its
+    GC settings), and the bare app under the same uvicorn config. The client is a third process.
     """
     from bench.scenarios import node_objects
 
     rows: list[dict[str, object]] = []
     offset = 0
     spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as client:
+    with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as client, tempfile.TemporaryDirectory() as folder:
         for count in node_counts:
             objects = node_objects(h100_nodes(count))
+            cluster_file = Path(folder) / f"cluster-{count}.json"
+            cluster_file.write_bytes(orjson.dumps({"apiVersion": "v1", "kind": "NodeList", "items": objects}))
             names_json = orjson.dumps([o["metadata"]["name"] for o in objects])
             tails = {
                 "NodeNames": b',"Nodes":null,"NodeNames":' + names_json + b"}",
                 "Nodes": b',"NodeNames":null,"Nodes":' + orjson.dumps({"metadata": {}, "items": objects}) + b"}",
             }
-            for server, app in (("gpupack", gpupack_app(objects)), ("bare FastAPI", bare_app())):
-                tuned_like_serve()
-                with serving(app) as url:
+            for server, (command, port, ready) in (
+                ("gpupack", gpupack_server(cluster_file)),
+                ("bare FastAPI", bare_server()),
+            ):
+                with server_process(command, port, ready) as url:
                     for form, tail in tails.items():
                         times = client.submit(client_latencies, url, tail, offset, requests, warmup).result()
                         offset += requests + warmup
@@ -247,3 +298,11 @@ def http_latency(node_counts: Sequence[int], requests: int, warmup: int = 20) ->
                             }
                         )
     return rows
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="the bare handler of the HTTP benchmark")
+    parser.add_argument("--bare-port", type=int, required=True)
+    serve_bare(parser.parse_args().bare_port)

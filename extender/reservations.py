@@ -24,6 +24,8 @@ the caller knows exactly what to release. Not thread-safe on its own: `ClusterSt
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,6 +71,10 @@ class ReservationBook:
         self.ttl = ttl_seconds
         self.clock = clock
         self._live: dict[str, Reservation] = {}
+        # (deadline, tie, reservation) of every ASSUMED reservation, soonest first; entries of
+        # reservations that since moved on are skipped when they come up, so expiry costs what expires
+        self._deadlines: list[tuple[float, int, Reservation]] = []
+        self._tie = itertools.count()
         self.ended: Counter[str] = Counter()  # how reservations ended: confirmed, bind failed, ...
 
     def get(self, uid: str) -> Reservation | None:
@@ -95,8 +101,10 @@ class ReservationBook:
         """Record a filter decision whose capacity the caller has just committed."""
         if uid in self._live:
             raise ValueError(f"pod {key} already holds a reservation")
-        reservation = Reservation(uid, key, placement, request, ReservationState.ASSUMED, self.clock() + self.ttl)
+        deadline = self.clock() + self.ttl
+        reservation = Reservation(uid, key, placement, request, ReservationState.ASSUMED, deadline)
         self._live[uid] = reservation
+        heapq.heappush(self._deadlines, (deadline, next(self._tie), reservation))
         return reservation
 
     def start_bind(self, uid: str) -> Reservation | None:
@@ -144,5 +152,10 @@ class ReservationBook:
     def expire_due(self, now: float | None = None) -> list[Reservation]:
         """Forget every reservation whose deadline has passed; returns them for release."""
         now = self.clock() if now is None else now
-        due = [r.uid for r in self._live.values() if r.deadline is not None and r.deadline <= now]
-        return [r for uid in due if (r := self.forget(uid, "expired")) is not None]
+        expired: list[Reservation] = []
+        while self._deadlines and self._deadlines[0][0] <= now:
+            deadline, _, reservation = heapq.heappop(self._deadlines)
+            if self._live.get(reservation.uid) is reservation and reservation.deadline == deadline:
+                expired.append(reservation)
+                self.forget(reservation.uid, "expired")
+        return expired
