@@ -186,12 +186,17 @@ def server_process(command: Sequence[str], port: int, ready_path: str, timeout: 
             time.sleep(0.2)
         yield url
     finally:
-        child.terminate()
-        try:
-            child.wait(15)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait(5)
+        stop_process(child)
+
+
+def stop_process(child: subprocess.Popen, grace: float = 15) -> None:
+    """SIGTERM, then SIGKILL if `child` has not exited after `grace` seconds."""
+    child.terminate()
+    try:
+        child.wait(grace)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait(5)
 
 
 def gpupack_server(cluster_file: Path) -> tuple[list[str], int, str]:

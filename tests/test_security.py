@@ -24,6 +24,7 @@ import pytest
 from fastapi.testclient import TestClient
 from kubernetes.client.exceptions import ApiException
 
+from bench.speed import free_port, stop_process
 from extender.app import create_app
 from extender.cli import build_parser
 from extender.logs import JsonFormatter
@@ -48,12 +49,6 @@ def test_default_listen_address_is_loopback() -> None:
     assert uvicorn_config(object(), settings, args).host == "127.0.0.1"
     told = build_parser().parse_args(["serve", "--host", "0.0.0.0"])
     assert load_settings(None, host=told.host).host == "0.0.0.0"  # only when told
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def listening_addresses(port: int) -> set[str]:
@@ -82,12 +77,7 @@ def gpupack_serve(*extra: str) -> Iterator[int]:
             time.sleep(0.1)
         yield port
     finally:
-        child.terminate()
-        try:
-            child.wait(10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait(5)
+        stop_process(child, grace=10)
 
 
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux /proc/net/tcp to read listeners")
