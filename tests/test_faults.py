@@ -21,7 +21,6 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -32,14 +31,6 @@ from tests.extender_helpers import A100, L4, FakeClock, node, pod
 from tests.fake_apiserver import Extender, FakeApiServer, launch
 
 ASSIGNMENT = "gpupack.io/assignment"
-
-
-@pytest.fixture
-def extenders() -> Iterator[list[Extender]]:
-    started: list[Extender] = []
-    yield started
-    for extender in started:
-        extender.stop()
 
 
 def assignment(server: FakeApiServer, key: str) -> dict | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator
 
 import pytest
 
@@ -35,14 +34,6 @@ def held(state: ClusterState) -> dict[str, tuple[str, tuple[GpuSlot, ...]] | Non
     for reservation in state.book.live():
         out[reservation.key.split("/")[1]] = (reservation.node, reservation.placement.slots)
     return out
-
-
-@pytest.fixture
-def extenders() -> Iterator[list[Extender]]:
-    started: list[Extender] = []
-    yield started
-    for extender in started:
-        extender.stop()
 
 
 def written(server: FakeApiServer, key: str) -> dict:
