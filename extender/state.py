@@ -41,7 +41,7 @@ import logging
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,10 +55,11 @@ from extender.reservations import Clock, Reservation, ReservationBook, Reservati
 from extender.settings import Settings
 from extender.sources.events import Event, NodeDeleted, NodeUpserted, PodDeleted, PodUpserted, Synced
 from extender.sources.kube_api import ClusterWriter
-from scoring.engine import Decision, Engine
+from scoring.engine import Decision, Engine, reason_texts
 from scoring.facts import MigMode, NodeFacts, Placement
 from scoring.geometry import PLACEMENT_SHAPE, SHAPE_SIZE
 from scoring.inventory import Inventory, InventoryError
+from scoring.names import NameArray, RowReasons
 from scoring.policies import baseline
 from scoring.request import Kind, PodRequest, RequestError
 
@@ -130,18 +131,6 @@ def identity(uid: str, key: str) -> str:
     return uid or key
 
 
-@dataclass(frozen=True)
-class SplitCandidates:
-    """One `ClusterState._split` answer and what it was computed from."""
-
-    candidates: tuple[str, ...]
-    layout: int
-    bad: dict[str, str]
-    unschedulable: set[str]
-    known: tuple[str, ...]
-    unresolvable: dict[str, str]
-
-
 class ClusterState:
     """Nodes, bound pods and reservations, and the decisions made from them."""
 
@@ -165,8 +154,7 @@ class ClusterState:
         self._warm = False
         self.decisions: Counter[tuple[str, str]] = Counter()
         self.bind_failures: Counter[str] = Counter()
-        self._last_split: SplitCandidates | None = None
-        self._last_not_chosen: tuple[tuple[str, ...], dict[str, str]] | None = None
+        self._reason_texts = reason_texts(NOT_CHOSEN)
 
     # ================================================================== readiness
     @property
@@ -479,50 +467,31 @@ class ClusterState:
         self._seen.move_to_end(uid)
         return uid, key, request
 
-    def _split(self, candidates: Iterable[str]) -> tuple[tuple[str, ...], dict[str, str]]:
-        """Candidates gpupack can place on, and the others with why they are unresolvable.
-
-        The last answer is kept while the node set, the bad and the unschedulable nodes are
-        unchanged: kube-scheduler sends the same candidates call after call, and the engine
-        recognises the returned tuple without looking its names up again.
-        """
-        key = tuple(candidates)
-        held = self._last_split
-        if (
-            held is not None
-            and held.layout == self.inventory.layout_version
-            and held.candidates == key
-            and held.bad == self._bad
-            and held.unschedulable == self._unschedulable
-        ):
-            return held.known, dict(held.unresolvable)
-        known, unresolvable = self._split_names(key)
-        self._last_split = SplitCandidates(
-            key, self.inventory.layout_version, dict(self._bad), set(self._unschedulable), known, unresolvable
-        )
-        return known, dict(unresolvable)
-
-    def _split_names(self, candidates: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, str]]:
-        unique = tuple(dict.fromkeys(candidates))
-        index = self.inventory.index
-        if not self._bad and not self._unschedulable and all(name in index for name in unique):
-            return unique, {}  # the common case, without per-name branching
-        known: list[str] = []
-        unresolvable: dict[str, str] = {}
-        for name in unique:
-            if name in self._bad:
-                unresolvable[name] = self._bad[name]
-            elif name not in self.inventory.index:
-                unresolvable[name] = UNKNOWN_NODE
-            elif name in self._unschedulable:
+    def _split(self, candidates: Sequence[str] | NameArray) -> tuple[np.ndarray, dict[str, str]]:
+        """The candidates gpupack can place on, as a mask over inventory rows, and the others with why
+        they are unresolvable. Names sent as wire bytes are looked up without becoming strings."""
+        inventory = self.inventory
+        if isinstance(candidates, NameArray):
+            rows = inventory.name_index().rows(candidates.buf, candidates.spans, candidates.count)
+            unknown = [candidates.name(i) for i in np.flatnonzero(rows < 0).tolist()]
+            rows = rows[rows >= 0]
+        else:
+            found = [(name, inventory.index.get(name, -1)) for name in candidates]
+            rows = np.array([row for _, row in found if row >= 0], dtype=np.int64)
+            unknown = [name for name, row in found if row < 0]
+        mask = np.zeros(inventory.size, dtype=np.bool_)
+        mask[rows] = True
+        unresolvable = {name: self._bad.get(name, UNKNOWN_NODE) for name in unknown}
+        for name in self._unschedulable:  # few, so walked instead of the candidates
+            row = inventory.index.get(name)
+            if row is not None and mask[row]:
+                mask[row] = False
                 unresolvable[name] = UNSCHEDULABLE_NODE
-            else:
-                known.append(name)
-        return tuple(known), unresolvable
+        return mask, unresolvable
 
     def decide_for_filter(
-        self, pod: Mapping[str, Any], candidates: Sequence[str]
-    ) -> tuple[str | None, dict[str, str], dict[str, str]]:
+        self, pod: Mapping[str, Any], candidates: Sequence[str] | NameArray
+    ) -> tuple[str | None, Mapping[str, str], dict[str, str]]:
         """Choose one node among `candidates` and reserve its placement (decide in filter).
 
         Returns (chosen node or None, FailedNodes, FailedAndUnresolvableNodes). A pod that already
@@ -535,49 +504,50 @@ class ClusterState:
                 uid, key, request = self._request(pod)
             except RequestError as exc:
                 self.decisions["bad-request", "invalid pod request"] += 1
-                return None, {}, dict.fromkeys(dict.fromkeys(candidates), str(exc))
+                return None, {}, dict.fromkeys(_names(candidates), str(exc))
             known, unresolvable = self._split(candidates)
             bound = self._pods.get(uid)
             if bound is not None:
                 reason = f"pod is already bound to {bound.node}"
-                return None, {}, {**unresolvable, **dict.fromkeys(known, reason)}
+                names = self.inventory.names
+                return None, {}, {**unresolvable, **{names[row]: reason for row in np.flatnonzero(known).tolist()}}  # type: ignore[misc]
             reservation = self.book.get(uid)
             if reservation is not None:
-                if reservation.node in known:
+                row = self.inventory.index.get(reservation.node)
+                if row is not None and known[row]:
                     self.decisions["reused", ""] += 1
-                    return reservation.node, self._failed_nodes(known, reservation.node, {}), unresolvable
+                    return reservation.node, self._failed_nodes(known, row, None), unresolvable
                 self._release(self.book.forget(uid, "not a candidate"))
             decision = self.engine.decide(request, known)
-            failed = decision.reasons()
             placement = decision.placement
             if placement is None:
+                failed = self._failed_nodes(known, -1, decision)
                 self.decisions["unschedulable", _main_reason(failed, unresolvable)] += 1
-                self._log(key, None, None, started, len(known))
+                self._log(key, None, None, started, decision.rows.size)
                 return None, failed, unresolvable
             self.inventory.commit(placement)
             self.book.assume(uid, key, placement, request)
-            failed = self._failed_nodes(known, placement.node, failed)
+            chosen = self.inventory.index[placement.node]
             self.decisions["placed", ""] += 1
-            score = decision.score_of(self.inventory.index[placement.node])
-            self._log(key, placement, score, started, len(known))
-            return placement.node, failed, unresolvable
+            score = decision.score_of(chosen)
+            self._log(key, placement, score, started, decision.rows.size)
+            return placement.node, self._failed_nodes(known, chosen, decision), unresolvable
 
-    def _failed_nodes(self, known: tuple[str, ...], chosen: str, failed: dict[str, str]) -> dict[str, str]:
-        """FailedNodes of a decision: the infeasible candidates with their reasons and, with
-        `reportNotChosen`, every other candidate but `chosen` as NOT_CHOSEN. The NOT_CHOSEN map is
-        kept per candidate tuple (copying it is ~20 times faster than building it)."""
-        if not self.settings.report_not_chosen:
-            return failed
-        held = self._last_not_chosen
-        if held is None or held[0] is not known:
-            held = self._last_not_chosen = (known, dict.fromkeys(known, NOT_CHOSEN))
-        answer = held[1].copy()
-        answer.update(failed)
-        answer.pop(chosen, None)
-        return answer
+    def _failed_nodes(self, known: np.ndarray, chosen: int, decision: Decision | None) -> RowReasons:
+        """FailedNodes: the infeasible candidates with their reasons and, with `reportNotChosen`, every
+        other candidate but row `chosen` as NOT_CHOSEN (all of them when a reservation is reused and
+        `decision` is None)."""
+        report_feasible = self.settings.report_not_chosen
+        if decision is not None:
+            rows, codes = decision.verdict_rows(feasible=report_feasible, besides=chosen)
+        else:
+            rows = np.flatnonzero(known) if report_feasible else np.empty(0, dtype=np.int64)
+            rows = rows[rows != chosen]
+            codes = np.zeros(rows.size, dtype=np.int8)  # OK: feasible, not chosen
+        return RowReasons(self.inventory.name_index(), rows, codes, self._reason_texts)
 
     def feasible_for_filter(
-        self, pod: Mapping[str, Any], candidates: Sequence[str]
+        self, pod: Mapping[str, Any], candidates: Sequence[str] | NameArray
     ) -> tuple[list[str], dict[str, str], dict[str, str]]:
         """decideInFilter: false — every feasible candidate passes, nothing is reserved."""
         with self.lock:
@@ -613,11 +583,11 @@ class ClusterState:
                 candidates = [*self.inventory.index, *self._bad]
             return self._evaluate(pod, candidates)
 
-    def _evaluate(self, pod: Mapping[str, Any], candidates: Sequence[str]) -> Evaluation:
+    def _evaluate(self, pod: Mapping[str, Any], candidates: Sequence[str] | NameArray) -> Evaluation:
         try:
             _, _, request = self._request(pod)
         except RequestError as exc:
-            return Evaluation(None, None, dict.fromkeys(dict.fromkeys(candidates), str(exc)), str(exc))
+            return Evaluation(None, None, dict.fromkeys(_names(candidates), str(exc)), str(exc))
         known, unresolvable = self._split(candidates)
         return Evaluation(request, self.engine.decide(request, known), unresolvable)
 
@@ -745,6 +715,10 @@ class ClusterState:
         """Keys of bound pods that hold nothing yet."""
         with self.lock:
             return sorted(self._pods[uid].key for uid in self._unplaced)
+
+
+def _names(candidates: Sequence[str] | NameArray) -> list[str]:
+    return candidates.names() if isinstance(candidates, NameArray) else list(candidates)
 
 
 def _main_reason(failed: Mapping[str, str], unresolvable: Mapping[str, str]) -> str:

@@ -32,7 +32,7 @@ def filter_body(state: ClusterState, settings: Settings, body: bytes) -> bytes:
     check_pod(args.pod)
     if not state.synced:
         return filter_error(NOT_SYNCED).to_json()
-    candidates = args.candidate_names()
+    candidates = args.candidates()
     if settings.decide_in_filter:
         chosen, failed, unresolvable = state.decide_for_filter(args.pod, candidates)
         passed = [chosen] if chosen else []

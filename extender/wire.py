@@ -15,7 +15,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+
+from scoring.names import NameArray, RowReasons
 
 MAX_EXTENDER_PRIORITY = 10  # extenderv1.MaxExtenderPriority
 
@@ -43,17 +45,29 @@ class ExtenderArgs(_Wire):
     pod: dict[str, Any] = Field(alias="Pod")
     nodes: NodeList | None = Field(default=None, alias="Nodes")
     node_names: list[str] | None = Field(default=None, alias="NodeNames")
+    _name_array: NameArray | None = PrivateAttr(default=None)
 
     @property
     def node_cache_capable(self) -> bool:
         """True when kube-scheduler sent node names only (`nodeCacheCapable: true`)."""
-        return self.node_names is not None
+        return self.node_names is not None or self._name_array is not None
+
+    @property
+    def name_array(self) -> NameArray | None:
+        """`NodeNames` still in its wire bytes, when the body came in kube-scheduler's own layout."""
+        return self._name_array
 
     def candidate_names(self) -> list[str]:
         """Names of the candidate nodes, in the order kube-scheduler sent them."""
+        if self._name_array is not None:
+            return self._name_array.names()
         if self.node_names is not None:
             return list(self.node_names)
         return [_item_name(item) for item in self.nodes.items] if self.nodes else []
+
+    def candidates(self) -> NameArray | list[str]:
+        """The candidates in the cheapest form at hand: the wire bytes of `NodeNames`, else names."""
+        return self._name_array if self._name_array is not None else self.candidate_names()
 
 
 class ExtenderFilterResult(_Wire):
@@ -61,8 +75,8 @@ class ExtenderFilterResult(_Wire):
 
     nodes: NodeList | None = Field(default=None, alias="Nodes")
     node_names: list[str] | None = Field(default=None, alias="NodeNames")
-    failed_nodes: dict[str, str] = Field(default_factory=dict, alias="FailedNodes")
-    failed_and_unresolvable_nodes: dict[str, str] = Field(
+    failed_nodes: Mapping[str, str] = Field(default_factory=dict, alias="FailedNodes")
+    failed_and_unresolvable_nodes: Mapping[str, str] = Field(
         default_factory=dict, alias="FailedAndUnresolvableNodes"
     )
     error: str = Field(default="", alias="Error")
@@ -73,15 +87,21 @@ class ExtenderFilterResult(_Wire):
         Written out by hand rather than through model_dump: at 5,000 candidates the maps hold
         thousands of entries, and copying them through pydantic cost more than deciding.
         """
-        body: dict[str, Any] = {}
+        parts = [b"{"]  # joined once at the end: FailedNodes alone can be 200 KiB
         if self.nodes is not None:
-            body["Nodes"] = {"metadata": self.nodes.metadata, "items": self.nodes.items}
+            parts += [b'"Nodes":', orjson.dumps({"metadata": self.nodes.metadata, "items": self.nodes.items}), b","]
         if self.node_names is not None:
-            body["NodeNames"] = self.node_names
-        body["FailedNodes"] = self.failed_nodes
-        body["FailedAndUnresolvableNodes"] = self.failed_and_unresolvable_nodes
-        body["Error"] = self.error
-        return orjson.dumps(body)
+            parts += [b'"NodeNames":', orjson.dumps(self.node_names), b","]
+        parts += [b'"FailedNodes":', *_map_json(self.failed_nodes)]
+        parts += [b',"FailedAndUnresolvableNodes":', *_map_json(self.failed_and_unresolvable_nodes)]
+        parts += [b',"Error":', orjson.dumps(self.error), b"}"]
+        return b"".join(parts)
+
+
+def _map_json(reasons: Mapping[str, str]) -> tuple[bytes, ...]:
+    if isinstance(reasons, RowReasons):
+        return b"{", reasons.members_json(), b"}"
+    return (orjson.dumps(reasons if isinstance(reasons, dict) else dict(reasons)),)
 
 
 class HostPriority(_Wire):
@@ -111,7 +131,19 @@ class ExtenderBindingResult(_Wire):
 
 
 def parse_extender_args(body: bytes) -> ExtenderArgs:
-    """Parse a filter/prioritize body. Raises WireError unless exactly one of Nodes / NodeNames is set."""
+    """Parse a filter/prioritize body. Raises WireError unless exactly one of Nodes / NodeNames is set.
+
+    A body laid out as kube-scheduler writes it with nodeCacheCapable (`NodeNames` last, plain names)
+    keeps the names in their bytes (`ExtenderArgs.name_array`); any other body is parsed whole.
+    """
+    fast = _names_last(body)
+    if fast is not None:
+        rest, names = fast
+        if rest.get("Nodes") is not None:
+            raise WireError("exactly one of Nodes and NodeNames must be non-null, got both")
+        args = _validate(rest, ExtenderArgs)
+        args._name_array = names
+        return args
     args = _parse(body, ExtenderArgs)
     if (args.nodes is None) == (args.node_names is None):
         given = "both" if args.nodes is not None else "neither"
@@ -141,21 +173,23 @@ def filter_result(
     no validation).
     """
     keep = set(passed)
-    names = args.node_names if args.node_names is not None else args.candidate_names()
+    names: NameArray | list[str] | None = args.name_array
+    if names is None:
+        names = args.node_names if args.node_names is not None else args.candidate_names()
     if len(keep) == 1:
         chosen = keep.pop()  # decide in filter: one node, so no pass over every candidate to keep order
         if chosen not in names:
             raise ValueError(f"nodes {[chosen]} were not candidates")
         ordered = [chosen]
     else:
-        ordered = [name for name in names if name in keep]
+        ordered = [name for name in (names if isinstance(names, list) else names.names()) if name in keep]
         unknown = keep.difference(ordered)
         if unknown:
             raise ValueError(f"nodes {sorted(unknown)} were not candidates")
     result = ExtenderFilterResult.model_construct(
         failed_nodes=_plain(failed), failed_and_unresolvable_nodes=_plain(unresolvable)
     )
-    if args.node_names is not None:
+    if args.node_cache_capable:
         result.node_names = ordered
     else:
         items = args.nodes.items if args.nodes else []
@@ -164,10 +198,10 @@ def filter_result(
     return result
 
 
-def _plain(reasons: Mapping[str, str] | None) -> dict[str, str]:
+def _plain(reasons: Mapping[str, str] | None) -> Mapping[str, str]:
     if reasons is None:
         return {}
-    return reasons if isinstance(reasons, dict) else dict(reasons)
+    return reasons if isinstance(reasons, (dict, RowReasons)) else dict(reasons)
 
 
 def filter_error(error: str) -> ExtenderFilterResult:
@@ -180,6 +214,39 @@ def priorities_json(priorities: Iterable[HostPriority]) -> bytes:
     return orjson.dumps([p.model_dump(by_alias=True) for p in priorities])
 
 
+_NAMES_KEY = b'"NodeNames"'
+
+
+def _names_last(body: bytes) -> tuple[dict[str, Any], NameArray] | None:
+    """(the other members, NodeNames) of `{..., "NodeNames": [plain strings]}`, else None.
+
+    Exact, not a guess: if the body minus its last member still parses as an object with members
+    and without `NodeNames`, and what follows is `"NodeNames": <strict array> }`, the whole body is
+    that object plus NodeNames (orjson would read it the same way).
+    """
+    key = body.find(_NAMES_KEY)
+    if key < 0:
+        return None
+    colon = key + len(_NAMES_KEY)
+    while colon < len(body) and body[colon] in b" \t\r\n":
+        colon += 1
+    if body[colon : colon + 1] != b":":
+        return None
+    names = NameArray.read(body, colon + 1, closing=True)
+    if names is None:
+        return None
+    head = body[:key].rstrip()
+    if not head.endswith(b","):
+        return None
+    try:
+        rest = orjson.loads(head[:-1] + b"}")
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(rest, dict) or not rest or "NodeNames" in rest:
+        return None
+    return rest, names
+
+
 def _parse(body: bytes, model: type[_M]) -> _M:
     try:
         data = orjson.loads(body)
@@ -187,6 +254,10 @@ def _parse(body: bytes, model: type[_M]) -> _M:
         raise WireError(f"malformed JSON: {exc}") from None
     if not isinstance(data, dict):
         raise WireError(f"the body must be a JSON object, got {type(data).__name__}")
+    return _validate(data, model)
+
+
+def _validate(data: dict[str, Any], model: type[_M]) -> _M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:

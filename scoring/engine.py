@@ -18,7 +18,7 @@ from scoring.inventory import MAX_GPUS, MAX_MODELS, Inventory
 from scoring.policies import PolicySpec
 from scoring.request import Kind, PodRequest, RequestError
 
-VERDICT_REASONS = {
+VERDICT_REASONS: dict[int, str] = {
     k.NOT_CANDIDATE: "not a candidate",
     k.NO_CPU: "not enough free CPU",
     k.NO_MEMORY: "not enough free memory",
@@ -28,6 +28,11 @@ VERDICT_REASONS = {
     k.NO_MIG: "no free MIG placement for the requested profile",
     k.SPOT_FORBIDDEN: "spot node and the pod is not interruptible",
 }
+
+
+def reason_texts(feasible: str) -> tuple[str, ...]:
+    """The reason of each verdict code, `feasible` for OK (a feasible node that was not chosen)."""
+    return tuple(feasible if code == k.OK else VERDICT_REASONS.get(code, "") for code in range(k.SPOT_FORBIDDEN + 1))
 
 
 @dataclass
@@ -46,9 +51,17 @@ class Decision:
 
     def reasons(self) -> dict[str, str]:
         """Why each infeasible candidate was rejected, by node name."""
+        rows, codes = self.verdict_rows(feasible=False)
+        return {self.names[row]: VERDICT_REASONS[code] for row, code in zip(rows.tolist(), codes.tolist(), strict=True)}  # type: ignore[misc]
+
+    def verdict_rows(self, feasible: bool, besides: int = -1) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, verdicts) of the candidates other than row `besides`: the infeasible ones, and the
+        feasible ones too (verdict OK) when `feasible`."""
         verdicts = self.verdicts[self.rows]
-        rejected = self.rows[(verdicts != k.OK) & (verdicts != k.NOT_CANDIDATE)].tolist()
-        return {self.names[row]: VERDICT_REASONS[int(self.verdicts[row])] for row in rejected}  # type: ignore[misc]
+        keep = (self.rows != besides) & (verdicts != k.NOT_CANDIDATE)
+        if not feasible:
+            keep &= verdicts != k.OK
+        return self.rows[keep], verdicts[keep]
 
     def feasible_scores(self) -> dict[str, float]:
         """Score of every feasible candidate, by node name."""
@@ -140,7 +153,6 @@ class Engine:
         self._sums_cache = _empty_sums(0, 0)
         self._weights_version = 0
         self._scratch: tuple[np.ndarray, ...] | None = None
-        self._mask_cache: tuple[int, tuple[str, ...], np.ndarray] | None = None
 
     def mix_arrays(self) -> tuple:
         """The policy mix as kernel arrays, rebuilt only when the mix or the model list changed."""
@@ -187,32 +199,24 @@ class Engine:
         )  # fmt: skip
         return nodes, gpus, (inv.model_memory, inv.model_compute)
 
-    def candidate_mask(self, candidates: Sequence[str] | None) -> np.ndarray:
-        """Rows allowed by the caller (every active node when None); unknown names are ignored.
-
-        The last mask is kept: kube-scheduler sends the same candidates call after call, and
-        looking up thousands of names costs more than the kernel. It is reused while the
-        inventory's layout is unchanged and the candidates are the same object or equal to it.
-        """
+    def candidate_mask(self, candidates: Sequence[str] | np.ndarray | None) -> np.ndarray:
+        """Rows allowed by the caller: every active node when None, a boolean mask over the inventory's
+        rows as it is, else the rows of the names (unknown names are ignored)."""
         n = self.inventory.size
         if candidates is None:
             return self.inventory.node_active[:n].copy()
-        held = self._mask_cache
-        layout = self.inventory.layout_version
-        if held is not None and held[0] == layout and (held[1] is candidates or held[1] == candidates):
-            return held[2]
+        if isinstance(candidates, np.ndarray):
+            return candidates
         mask = np.zeros(n, dtype=np.bool_)
         get = self.inventory.index.get
         rows = np.fromiter((get(name, -1) for name in candidates), dtype=np.int64, count=len(candidates))
         mask[rows[rows >= 0]] = True
-        if isinstance(candidates, tuple):
-            self._mask_cache = (layout, candidates, mask)
         return mask
 
     def decide(
         self,
         request: PodRequest,
-        candidates: Sequence[str] | None = None,
+        candidates: Sequence[str] | np.ndarray | None = None,
         rank: np.ndarray | None = None,
         noise: np.ndarray | None = None,
     ) -> Decision:

@@ -19,6 +19,7 @@ from scoring.geometry import (
     slice_bits,
 )
 from scoring.gpu_models import GpuModel, lookup_model
+from scoring.names import NameIndex
 from scoring.request import MAX_GPUS_PER_NODE
 
 MAX_GPUS = MAX_GPUS_PER_NODE
@@ -46,6 +47,7 @@ class Inventory:
         self._free_rows: list[int] = []
         self._version_clock = 0
         self.layout_version = 0  # changes whenever a name moves to or from a row
+        self._name_index: tuple[int, NameIndex] | None = None
         self._allocate(capacity)
 
     # ----------------------------------------------------------------- storage
@@ -93,6 +95,12 @@ class Inventory:
     def size(self) -> int:
         """Rows in use or reusable (the kernels iterate 0..size-1 and skip inactive rows)."""
         return len(self.names)
+
+    def name_index(self) -> NameIndex:
+        """The node names laid out for byte-level lookups, rebuilt after a node is added or removed."""
+        if self._name_index is None or self._name_index[0] != self.layout_version:
+            self._name_index = (self.layout_version, NameIndex(self.names))
+        return self._name_index[1]
 
     def _touch(self, row: int) -> None:
         """Give the node a version no row has had before (kernels cache per-node sums by it)."""

@@ -7,12 +7,14 @@ import json
 import logging
 from pathlib import Path
 
+import orjson
 import pytest
 
 from extender.settings import Settings
 from extender.sources import NodeDeleted, NodeUpserted, PodDeleted, PodUpserted, Synced, load_cluster_objects
 from extender.state import NOT_CHOSEN, UNKNOWN_NODE, UNSCHEDULABLE_NODE, BindError, ClusterState, normalise
 from scoring.facts import GpuSlot
+from scoring.names import NameArray
 from tests.extender_helpers import (
     EXAMPLE_CLUSTER,
     L4,
@@ -331,22 +333,39 @@ def test_synced_and_ready() -> None:
     assert state.ready
 
 
-def test_failed_nodes_name_the_rest_or_with_report_not_chosen_off_the_infeasible_only() -> None:
+def as_sent(names: list[str], form: str) -> list[str] | NameArray:
+    """The candidates as a list of names, or as kube-scheduler's bytes (what the HTTP layer passes)."""
+    if form == "names":
+        return names
+    array = NameArray.read(orjson.dumps(names))
+    assert array is not None
+    return array
+
+
+FORMS = pytest.mark.parametrize("form", ["names", "bytes"])
+
+
+@FORMS
+def test_failed_nodes_name_the_rest_or_with_report_not_chosen_off_the_infeasible_only(form: str) -> None:
     nodes = [node("a", L4, 1), node("b", L4, 1), node("small", L4, 1, cpu="1")]
     request = pod("p", gpus=1, cpu="2")
-    chosen, failed, _ = state_from(nodes).decide_for_filter(request, ["a", "b", "small"])
+    candidates = as_sent(["a", "b", "small", "b"], form)
+    chosen, failed, _ = state_from(nodes).decide_for_filter(request, candidates)
     other = "b" if chosen == "a" else "a"
-    assert failed == {"small": "not enough free CPU", other: NOT_CHOSEN}
+    assert dict(failed) == {"small": "not enough free CPU", other: NOT_CHOSEN}
     lean = state_from(nodes, settings=Settings(report_not_chosen=False))
-    _, failed, _ = lean.decide_for_filter(request, ["a", "b", "small"])
-    assert failed == {"small": "not enough free CPU"}
+    _, failed, _ = lean.decide_for_filter(request, candidates)
+    assert dict(failed) == {"small": "not enough free CPU"}
+    retry_chosen, failed, _ = lean.decide_for_filter(request, candidates)  # the reservation, reused
+    assert retry_chosen is not None and dict(failed) == {}
 
 
-def test_the_same_candidates_see_every_node_change() -> None:
+@FORMS
+def test_the_same_candidates_see_every_node_change(form: str) -> None:
     """kube-scheduler sends the same candidate list call after call; each change to the nodes behind
     it (deleted, added, cordoned, uncordoned) must show in the next answer all the same."""
     state = state_from([node("a", L4, 1), node("b", L4, 1), node("c", L4, 1)])
-    candidates = ["a", "b", "c", "d"]
+    candidates = as_sent(["a", "b", "c", "d"], form)
     first, failed, unresolvable = state.decide_for_filter(pod("p1", gpus=1), candidates)
     assert first is not None and unresolvable == {"d": UNKNOWN_NODE}
     assert failed == dict.fromkeys({"a", "b", "c"} - {first}, NOT_CHOSEN)

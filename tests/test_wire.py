@@ -6,8 +6,11 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from extender import wire
 from extender.pod_request import request_from_pod
 from extender.wire import (
     ExtenderBindingResult,
@@ -93,6 +96,56 @@ def test_prioritize_answers_have_the_captured_shape(path: Path) -> None:
 def test_bind_answers_have_the_captured_shape(path: Path) -> None:
     captured = load(response_for(path))
     assert orjson.loads(ExtenderBindingResult(error=captured["Error"]).to_json()) == captured
+
+
+@pytest.mark.parametrize("path", [p for p in args_files() if "nodeCacheCapable-true" in str(p)], ids=capture_id)
+def test_captured_node_names_stay_in_their_bytes(path: Path) -> None:
+    args = parse_extender_args(path.read_bytes())
+    assert args.name_array is not None and args.node_names is None
+    assert args.candidate_names() == load(path)["NodeNames"]
+
+
+names_st = st.lists(st.one_of(st.sampled_from(["a", "node-1", "x.y", ","]), st.text(max_size=5)), max_size=6)
+pods_st = st.one_of(
+    st.just({"metadata": {"name": "p"}}),
+    st.just({"metadata": {"name": "p", "labels": {"NodeNames": '["z"]}'}}}),  # the key inside the Pod
+    st.just(None),
+    st.dictionaries(st.text(max_size=4), st.integers(-1000, 1000), max_size=2),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pod=pods_st,
+    names=names_st,
+    layout=st.sampled_from(["last", "first", "twice", "spaced", "nodes-too", "garbage", "cut", "only"]),
+)
+def test_the_bytes_path_reads_every_body_as_the_general_path_does(pod: object, names: list[str], layout: str) -> None:
+    """parse_extender_args keeps NodeNames in its bytes only when that is exactly what orjson would read."""
+    p, n = orjson.dumps(pod), orjson.dumps(names)
+    body = {
+        "last": b'{"Pod":' + p + b',"Nodes":null,"NodeNames":' + n + b"}",
+        "first": b'{"NodeNames":' + n + b',"Pod":' + p + b',"Nodes":null}',
+        "twice": b'{"Pod":' + p + b',"NodeNames":["dup"],"Nodes":null,"NodeNames":' + n + b"}",
+        "spaced": b'{ "Pod" : ' + p + b' ,\n "Nodes" : null ,\n "NodeNames" :\n ' + n + b" }\n",
+        "nodes-too": b'{"Pod":' + p + b',"Nodes":{"items":[]},"NodeNames":' + n + b"}",
+        "garbage": b'{"Pod":' + p + b',"Nodes":null,"NodeNames":' + n + b"}x",
+        "cut": b'{"Pod":' + p + b',"Nodes":null,"NodeNames":' + n,
+        "only": b'{"NodeNames":' + n + b"}",
+    }[layout]
+    try:
+        general = wire._parse(body, wire.ExtenderArgs)
+    except WireError:
+        general = None
+    try:
+        args = parse_extender_args(body)
+    except WireError:
+        args = None
+    if general is None or (general.nodes is None) == (general.node_names is None):
+        assert args is None
+        return
+    assert args is not None and args.pod == general.pod and args.nodes == general.nodes
+    assert args.candidate_names() == general.candidate_names()
 
 
 def test_filter_keeps_candidate_order_and_rejects_strangers() -> None:

@@ -1,0 +1,336 @@
+"""Node names as bytes: find inventory rows for a JSON array of names, and write name → reason maps.
+
+kube-scheduler sends thousands of candidate names per call, in a different order each time (its
+filter runs in parallel). Turning them into Python strings and hashing each one costs more than
+scoring the nodes, so `NameIndex` resolves them straight from the request's bytes, and writes
+the per-node answer map straight to bytes, in compiled loops.
+
+Names are held JSON-encoded (with their quotes), exactly as they appear on the wire. Only the strict
+form is read here: a JSON array of ASCII strings without escapes or control characters; anything
+else (`json_string_spans` returns NOT_STRICT) is for the caller to read the general way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from functools import lru_cache
+
+import numpy as np
+import orjson
+from numba import njit
+
+NOT_STRICT = -1
+HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
+_QUOTE, _BACKSLASH, _COMMA = 0x22, 0x5C, 0x2C
+_OPEN, _CLOSE, _BRACE_CLOSE = 0x5B, 0x5D, 0x7D
+_PLAIN, _ENDS, _REFUSED = 0, 1, 2  # what a byte inside a strict string is: content, its end, not allowed
+_BYTE_KIND = np.zeros(256, dtype=np.uint8)
+_BYTE_KIND[:0x20] = _REFUSED
+_BYTE_KIND[_BACKSLASH] = _REFUSED
+_BYTE_KIND[0x80:] = _REFUSED  # names are ASCII: anything else is read the general way
+_BYTE_KIND[_QUOTE] = _ENDS
+
+
+@njit(cache=True, inline="always")
+def _skip_space(buf: np.ndarray, i: int) -> int:
+    while i < buf.shape[0] and (buf[i] == 0x20 or buf[i] == 0x0A or buf[i] == 0x0D or buf[i] == 0x09):
+        i += 1
+    return i
+
+
+@njit(cache=True, nogil=True)
+def json_string_spans(buf: np.ndarray, begin: int, closing: int, spans: np.ndarray) -> int:
+    """Read `[ "a", "b", ... ]` from `buf[begin:]`; the element count, or NOT_STRICT.
+
+    `spans[i]` gets the start and end of element i's content (between its quotes). After the array
+    only whitespace may follow, or, when `closing` is 1, whitespace, one `}` and whitespace (the
+    array is the last member of an object). Strings must be ASCII without `\\` or bytes below 0x20.
+    `spans` needs `len(buf) // 3 + 1` rows.
+    """
+    n = buf.shape[0]
+    i = _skip_space(buf, begin)
+    if i >= n or buf[i] != _OPEN:
+        return NOT_STRICT
+    i = _skip_space(buf, i + 1)
+    count = 0
+    if i < n and buf[i] == _CLOSE:
+        i += 1
+    else:
+        while True:
+            if i >= n or buf[i] != _QUOTE:
+                return NOT_STRICT
+            start = i + 1
+            i = start
+            kind = _PLAIN
+            while i < n:
+                kind = _BYTE_KIND[buf[i]]
+                if kind != _PLAIN:
+                    break
+                i += 1
+            if kind != _ENDS:
+                return NOT_STRICT
+            spans[count, 0] = start
+            spans[count, 1] = i
+            count += 1
+            i += 1
+            if i < n and buf[i] == _COMMA:  # compact JSON, the common case: no call to skip spaces
+                i += 1
+                if i < n and buf[i] != _QUOTE:
+                    i = _skip_space(buf, i)
+                continue
+            i = _skip_space(buf, i)
+            if i < n and buf[i] == _COMMA:
+                i = _skip_space(buf, i + 1)
+                continue
+            if i < n and buf[i] == _CLOSE:
+                i += 1
+                break
+            return NOT_STRICT
+    i = _skip_space(buf, i)
+    if closing == 1:
+        if i >= n or buf[i] != _BRACE_CLOSE:
+            return NOT_STRICT
+        i = _skip_space(buf, i + 1)
+    return count if i == n else NOT_STRICT
+
+
+@njit(cache=True, inline="always")
+def _word(buf: np.ndarray, i: int, end: int) -> np.uint64:
+    """Bytes i .. min(i + 8, end) - 1 of `buf`, little-endian, zero-padded."""
+    word = np.uint64(0)
+    for j in range(min(8, end - i)):
+        word |= np.uint64(buf[i + j]) << np.uint64(8 * j)
+    return word
+
+
+@njit(cache=True, inline="always")
+def _hash(buf: np.ndarray, start: int, end: int) -> tuple[np.uint64, np.uint64, np.uint64]:
+    """(a 64-bit hash of `buf[start:end]`, its first eight-byte word, its second), one multiply per word."""
+    h = np.uint64(end - start) * HASH_MULTIPLIER
+    first = np.uint64(0)
+    second = np.uint64(0)
+    for i in range(start, end, 8):
+        word = _word(buf, i, end)
+        if i == start:
+            first = word
+        elif i == start + 8:
+            second = word
+        h = (h ^ word) * HASH_MULTIPLIER
+    h ^= h >> np.uint64(32)  # the table takes the low bits, which a multiply alone leaves weak
+    h *= HASH_MULTIPLIER
+    return h ^ (h >> np.uint64(29)), first, second
+
+
+TAG_MASK = np.uint64(0xFFFFFFFF00000000)  # a slot: the hash's high 32 bits, then row + 1 (0: empty)
+ROW_MASK = np.uint64(0xFFFFFFFF)
+
+
+@njit(cache=True, nogil=True)
+def rows_of_spans(
+    buf: np.ndarray, spans: np.ndarray, count: int, slots: np.ndarray, words: np.ndarray, rows: np.ndarray
+) -> None:
+    """`rows[i]` = the row whose name is element i of `buf` (see `json_string_spans`), or -1.
+
+    A row matches when its hash tag, its length (`words[row, 0]`) and every eight-byte word of its
+    name (`words[row, 1:]`) are equal: exact. The slots are 8 bytes each and a name's length and
+    words sit together, so a lookup touches two small places in memory.
+    """
+    mask = np.uint64(slots.shape[0] - 1)
+    for e in range(count):
+        start = spans[e, 0]
+        end = spans[e, 1]
+        length = end - start
+        h, first, second = _hash(buf, start, end)
+        tag = h & TAG_MASK
+        slot = h & mask
+        found = -1
+        while slots[slot] != 0:
+            if slots[slot] & TAG_MASK == tag:
+                row = np.int64(slots[slot] & ROW_MASK) - 1
+                same_start = words[row, 1] == first and (length <= 8 or words[row, 2] == second)
+                if np.int64(words[row, 0]) == length and same_start:
+                    same = True
+                    for k in range(2, (length + 7) // 8):
+                        if words[row, 1 + k] != _word(buf, start + 8 * k, end):
+                            same = False
+                            break
+                    if same:
+                        found = row
+                        break
+            slot = (slot + np.uint64(1)) & mask
+        rows[e] = found
+
+
+@njit(cache=True, nogil=True)
+def reasons_json(
+    rows: np.ndarray, codes: np.ndarray, blob: np.ndarray, offsets: np.ndarray,
+    reason_blob: np.ndarray, reason_offsets: np.ndarray,
+) -> np.ndarray:
+    """`"name":"reason",...` for each `rows[i]` with reason `codes[i]` (the members of a JSON object)."""
+    size = 0
+    for i in range(rows.shape[0]):
+        size += offsets[rows[i] + 1] - offsets[rows[i]] + reason_offsets[codes[i] + 1] - reason_offsets[codes[i]] + 2
+    out = np.empty(max(size - 1, 0), dtype=np.uint8)
+    at = 0
+    for i in range(rows.shape[0]):
+        if i > 0:
+            out[at] = _COMMA
+            at += 1
+        for j in range(offsets[rows[i]], offsets[rows[i] + 1]):
+            out[at] = blob[j]
+            at += 1
+        out[at] = 0x3A  # ':'
+        at += 1
+        for j in range(reason_offsets[codes[i]], reason_offsets[codes[i] + 1]):
+            out[at] = reason_blob[j]
+            at += 1
+    return out
+
+
+def pack(strings: Sequence[str | None]) -> tuple[np.ndarray, np.ndarray]:
+    """(blob, offsets): the JSON encoding of each string back to back; None packs as nothing."""
+    encoded = [b"" if s is None else orjson.dumps(s) for s in strings]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    return np.frombuffer(b"".join(encoded), dtype=np.uint8).copy(), offsets
+
+
+class NameIndex:
+    """Inventory names laid out for `rows_of_spans` and `reasons_json` (rows with None hold no name)."""
+
+    def __init__(self, names: Sequence[str | None]) -> None:
+        self.names = list(names)
+        self.blob, self.offsets = pack(self.names)
+        lengths = np.diff(self.offsets) - 2  # of each name's content, between its quotes; -1: no name
+        width = 1 + max(2, (int(lengths.max(initial=0)) + 7) // 8)
+        self.words = np.zeros((len(self.names), width), dtype=np.uint64)  # length, then the name's words
+        self.slots = np.zeros(1 << max(4, (3 * len(self.names) // 2).bit_length()), dtype=np.uint64)
+        fill_slots(self.blob, self.offsets, self.words, self.slots)
+        self.last_members: tuple[np.ndarray, np.ndarray, tuple[str, ...], bytes] | None = None  # RowReasons'
+
+    def rows(self, buf: np.ndarray, spans: np.ndarray, count: int) -> np.ndarray:
+        """The row of each of the `count` names `spans` mark in `buf` (-1: not in the index)."""
+        rows = np.empty(count, dtype=np.int64)
+        rows_of_spans(buf, spans, count, self.slots, self.words, rows)
+        return rows
+
+
+@njit(cache=True)
+def fill_slots(blob: np.ndarray, offsets: np.ndarray, words: np.ndarray, slots: np.ndarray) -> None:
+    """Each named row's length and words, and its slot: open addressing, linear probing from its hash."""
+    mask = np.uint64(slots.shape[0] - 1)
+    for row in range(offsets.shape[0] - 1):
+        if offsets[row + 1] - offsets[row] < 2:
+            continue  # no name
+        start = offsets[row] + 1
+        end = offsets[row + 1] - 1
+        words[row, 0] = end - start
+        for k in range((end - start + 7) // 8):
+            words[row, 1 + k] = _word(blob, start + 8 * k, end)
+        h = _hash(blob, start, end)[0]
+        slot = h & mask
+        while slots[slot] != 0:
+            slot = (slot + np.uint64(1)) & mask
+        slots[slot] = (h & TAG_MASK) | np.uint64(row + 1)
+
+
+class NameArray:
+    """A JSON array of names in its wire bytes, read in the strict form (see the module docstring)."""
+
+    __slots__ = ("begin", "buf", "count", "data", "end", "spans")
+
+    def __init__(self, data: bytes, spans: np.ndarray, count: int, begin: int) -> None:
+        self.data = data
+        self.buf = np.frombuffer(data, dtype=np.uint8)
+        self.spans = spans
+        self.count = count
+        self.begin = begin
+        self.end = data.rindex(b"]") + 1  # only whitespace and at most one `}` follow the array
+
+    @classmethod
+    def read(cls, data: bytes, begin: int = 0, closing: bool = False) -> NameArray | None:
+        """The array at `data[begin:]` (followed by one `}` if `closing`), None if not in the strict form."""
+        spans = np.empty(((len(data) - begin) // 3 + 1, 2), dtype=np.int64)
+        count = json_string_spans(np.frombuffer(data, dtype=np.uint8), begin, 1 if closing else 0, spans)
+        return None if count == NOT_STRICT else cls(data, spans, count, begin)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def name(self, i: int) -> str:
+        """Element i."""
+        return self.data[self.spans[i, 0] : self.spans[i, 1]].decode()
+
+    def names(self) -> list[str]:
+        """Every element, in order."""
+        return orjson.loads(self.data[self.begin : self.end])  # type: ignore[no-any-return]
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        needle = orjson.dumps(name)
+        starts = self.spans[: self.count, 0]
+        at = self.data.find(needle, self.begin, self.end)
+        while at >= 0:  # a match must be a whole element, not the end of one and the start of the next
+            i = int(np.searchsorted(starts, at + 1))
+            if i < self.count and starts[i] == at + 1 and self.spans[i, 1] == at + len(needle) - 1:
+                return True
+            at = self.data.find(needle, at + 1, self.end)
+        return False
+
+
+class RowReasons(Mapping[str, str]):
+    """A node name → reason map held as inventory rows and reason codes (`texts[code]` is the reason).
+
+    `members_json` writes it without building the dict; reading it as a mapping builds the dict once.
+    """
+
+    def __init__(self, index: NameIndex, rows: np.ndarray, codes: np.ndarray, texts: tuple[str, ...]) -> None:
+        self.index = index
+        self.rows = rows
+        self.codes = codes
+        self.texts = texts
+        self._dict: dict[str, str] | None = None
+
+    def members_json(self) -> bytes:
+        """The map's members as JSON, without the braces.
+
+        The index keeps the last answer: kube-scheduler sends the same candidates call after call
+        (in another order, which the rows no longer show) and bin-packing keeps choosing the same
+        node until it is full, so consecutive answers are often byte for byte the same.
+        """
+        held = self.index.last_members
+        if (
+            held is not None
+            and held[2] == self.texts
+            and np.array_equal(held[0], self.rows)
+            and np.array_equal(held[1], self.codes)
+        ):
+            return held[3]
+        reason_blob, reason_offsets = _packed_texts(self.texts)
+        members = reasons_json(
+            self.rows, self.codes.astype(np.int64), self.index.blob, self.index.offsets, reason_blob, reason_offsets
+        ).tobytes()
+        self.index.last_members = (self.rows, self.codes, self.texts, members)
+        return members
+
+    def _as_dict(self) -> dict[str, str]:
+        if self._dict is None:
+            names, texts = self.index.names, self.texts
+            pairs = zip(self.rows.tolist(), self.codes.tolist(), strict=True)
+            self._dict = {names[row]: texts[code] for row, code in pairs}  # type: ignore[misc]
+        return self._dict
+
+    def __getitem__(self, name: str) -> str:
+        return self._as_dict()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._as_dict())
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+@lru_cache(maxsize=16)
+def _packed_texts(texts: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    return pack(texts)
