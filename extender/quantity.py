@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 from fractions import Fraction
+from functools import lru_cache
 
 MAX_VALUE = 2**63 - 1  # int64, the largest value Quantity.Value() / MilliValue() can return
 MAX_LENGTH = 64  # longer strings are garbage, not quantities
@@ -39,6 +40,17 @@ def parse_quantity(value: str | int | float) -> Fraction:
 
     Raises QuantityError on anything apimachinery would reject, and on negative or absurd values.
     """
+    if isinstance(value, (str, int, float)):
+        return _parse_known(value)
+    return _parse(value)  # raises the reason
+
+
+@lru_cache(maxsize=4096, typed=True)  # a cluster's pods repeat a handful of strings ("1", "16Gi")
+def _parse_known(value: str | int | float) -> Fraction:
+    return _parse(value)
+
+
+def _parse(value: object) -> Fraction:
     text = _as_text(value)
     match = _QUANTITY.fullmatch(text)
     if match is None or not (match["int"] or match["frac"]):
