@@ -6,7 +6,8 @@ HTTP: `gpupack serve --cluster-file` runs as a child process on 127.0.0.1 (a fre
 `httpx.Client` in another process posts `/filter` bodies of a 1-GPU pod in NodeNames mode
 (nodeCacheCapable: true) and in Nodes mode (the Node objects in the body). Each request is a new
 pod, so filter reserves one GPU per request; the cluster holds 8 GPUs per node, far more than the
-requests, so it never fills up.
+requests, so it never fills up. Each request lists the candidates in a fresh random order, as
+kube-scheduler does: its filter runs nodes in parallel and sends them in the order they finished.
 A bare FastAPI handler that reads the same body and answers a constant is measured alongside, in its own
 process under the same uvicorn config.
 """
@@ -14,6 +15,7 @@ process under the same uvicorn config.
 from __future__ import annotations
 
 import multiprocessing
+import random
 import socket
 import statistics
 import subprocess
@@ -24,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -236,17 +239,34 @@ def filter_body(pod_number: int, tail: bytes) -> bytes:
     return b'{"Pod":' + orjson.dumps(pod_object(pod_number)) + tail
 
 
-def client_latencies(url: str, tail: bytes, first_pod: int, requests: int, warmup: int) -> list[float]:
-    """ms of each `POST /filter` after `warmup` unmeasured ones, one new pod per request.
+@dataclass(frozen=True)
+class Candidates:
+    """The candidates part of a filter body: `head` + a JSON array of `elements` + `end`."""
+
+    head: bytes
+    elements: tuple[bytes, ...]
+    end: bytes
+
+    def tail(self, order: random.Random | None = None) -> bytes:
+        """The bytes after the Pod, elements in a random order drawn from `order` (else as given)."""
+        elements = list(self.elements)
+        if order is not None:
+            order.shuffle(elements)
+        return self.head + b"[" + b",".join(elements) + b"]" + self.end
+
+
+def client_latencies(url: str, candidates: Candidates, first_pod: int, requests: int, warmup: int) -> list[float]:
+    """ms of each `POST /filter` after `warmup` unmeasured ones, one new pod and candidate order per request.
 
     Runs in its own process (see `http_latency`), as kube-scheduler does.
     """
     import httpx
 
     times: list[float] = []
+    order = random.Random(first_pod)
     with httpx.Client(base_url=url, timeout=120, headers={"content-type": "application/json"}) as client:
         for i in range(warmup + requests):
-            body = filter_body(first_pod + i, tail)
+            body = filter_body(first_pod + i, candidates.tail(order))
             started = time.perf_counter()
             response = client.post("/filter", content=body)
             elapsed = time.perf_counter() - started
@@ -278,18 +298,21 @@ def http_latency(node_counts: Sequence[int], requests: int, warmup: int = 20) ->
             objects = node_objects(h100_nodes(count))
             cluster_file = Path(folder) / f"cluster-{count}.json"
             cluster_file.write_bytes(orjson.dumps({"apiVersion": "v1", "kind": "NodeList", "items": objects}))
-            names_json = orjson.dumps([o["metadata"]["name"] for o in objects])
-            tails = {
-                "NodeNames": b',"Nodes":null,"NodeNames":' + names_json + b"}",
-                "Nodes": b',"NodeNames":null,"Nodes":' + orjson.dumps({"metadata": {}, "items": objects}) + b"}",
+            forms = {
+                "NodeNames": Candidates(
+                    b',"Nodes":null,"NodeNames":', tuple(orjson.dumps(o["metadata"]["name"]) for o in objects), b"}"
+                ),
+                "Nodes": Candidates(
+                    b',"NodeNames":null,"Nodes":{"metadata":{},"items":', tuple(map(orjson.dumps, objects)), b"}}"
+                ),
             }
             for server, (command, port, ready) in (
                 ("gpupack", gpupack_server(cluster_file)),
                 ("bare FastAPI", bare_server()),
             ):
                 with server_process(command, port, ready) as url:
-                    for form, tail in tails.items():
-                        times = client.submit(client_latencies, url, tail, offset, requests, warmup).result()
+                    for form, candidates in forms.items():
+                        times = client.submit(client_latencies, url, candidates, offset, requests, warmup).result()
                         offset += requests + warmup
                         rows.append(
                             {
@@ -297,7 +320,7 @@ def http_latency(node_counts: Sequence[int], requests: int, warmup: int = 20) ->
                                 "server": server,
                                 "mode": form,
                                 "requests": requests,
-                                "body_kib": round(len(filter_body(0, tail)) / 1024, 1),
+                                "body_kib": round(len(filter_body(0, candidates.tail())) / 1024, 1),
                                 "p50_ms": round(statistics.median(times), 2),
                                 "p99_ms": round(percentile(times, 99), 2),
                             }
