@@ -46,6 +46,7 @@ class ExtenderArgs(_Wire):
     nodes: NodeList | None = Field(default=None, alias="Nodes")
     node_names: list[str] | None = Field(default=None, alias="NodeNames")
     _name_array: NameArray | None = PrivateAttr(default=None)
+    _names: tuple[str, ...] | None = PrivateAttr(default=None)
 
     @property
     def node_cache_capable(self) -> bool:
@@ -58,12 +59,15 @@ class ExtenderArgs(_Wire):
         return self._name_array
 
     def candidate_names(self) -> list[str]:
-        """Names of the candidate nodes, in the order kube-scheduler sent them."""
-        if self._name_array is not None:
-            return self._name_array.names()
-        if self.node_names is not None:
-            return list(self.node_names)
-        return [_item_name(item) for item in self.nodes.items] if self.nodes else []
+        """Names of the candidate nodes, in the order kube-scheduler sent them (for `Nodes`, one per item)."""
+        if self._names is None:  # read once: filter needs them again for its answer
+            if self._name_array is not None:
+                self._names = tuple(self._name_array.names())
+            elif self.node_names is not None:
+                self._names = tuple(self.node_names)
+            else:
+                self._names = tuple(_item_name(item) for item in self.nodes.items) if self.nodes else ()
+        return list(self._names)
 
     def candidates(self) -> NameArray | list[str]:
         """The candidates in the cheapest form at hand: the wire bytes of `NodeNames`, else names."""
@@ -149,9 +153,10 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
         given = "both" if args.nodes is not None else "neither"
         raise WireError(f"exactly one of Nodes and NodeNames must be non-null, got {given}")
     if args.nodes is not None:
-        for i, item in enumerate(args.nodes.items):
-            if not _item_name(item):
-                raise WireError(f"Nodes.items[{i}] has no metadata.name")
+        names = tuple(_item_name(item) for item in args.nodes.items)
+        if not all(names):
+            raise WireError(f"Nodes.items[{names.index('')}] has no metadata.name")
+        args._names = names
     return args
 
 
@@ -194,7 +199,8 @@ def filter_result(
     else:
         items = args.nodes.items if args.nodes else []
         kept = set(ordered)
-        result.nodes = NodeList.model_construct(metadata={}, items=[i for i in items if _item_name(i) in kept])
+        chosen_items = [item for item, name in zip(items, args.candidate_names(), strict=True) if name in kept]
+        result.nodes = NodeList.model_construct(metadata={}, items=chosen_items)
     return result
 
 
@@ -275,5 +281,5 @@ def _describe(exc: ValidationError) -> str:
 
 def _item_name(item: Mapping[str, Any]) -> str:
     metadata = item.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    name = metadata.get("name") if isinstance(metadata, dict | Mapping) else None  # dict first: no ABC check
     return name if isinstance(name, str) else ""
