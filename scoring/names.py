@@ -188,11 +188,24 @@ def reasons_json(
 
 
 def pack(strings: Sequence[str | None]) -> tuple[np.ndarray, np.ndarray]:
-    """(blob, offsets): the JSON encoding of each string back to back; None packs as nothing."""
-    encoded = [b"" if s is None else orjson.dumps(s) for s in strings]
-    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-    np.cumsum([len(e) for e in encoded], out=offsets[1:])
-    return np.frombuffer(b"".join(encoded), dtype=np.uint8).copy(), offsets
+    """(blob, offsets): the JSON encoding of each string back to back; None packs as nothing.
+
+    One orjson call for the whole list: per-string calls cost ~2 us each (10 ms at 5,000 nodes).
+    """
+    present = [text for text in strings if text is not None]
+    data = orjson.dumps(present)
+    spans = np.empty((len(present) + 1, 2), dtype=np.int64)
+    if json_string_spans(np.frombuffer(data, dtype=np.uint8), 0, 0, spans) == len(present):
+        blob = data[1:-1].replace(b'","', b'""')  # strict names hold no quote: only separators match
+        sizes = [len(text) + 2 for text in present]  # ASCII without escapes: one byte per character
+    else:
+        encoded = [orjson.dumps(text) for text in present]
+        blob, sizes = b"".join(encoded), [len(e) for e in encoded]
+    row_sizes = np.zeros(len(strings), dtype=np.int64)
+    row_sizes[[i for i, text in enumerate(strings) if text is not None]] = sizes
+    offsets = np.zeros(len(strings) + 1, dtype=np.int64)
+    np.cumsum(row_sizes, out=offsets[1:])
+    return np.frombuffer(blob, dtype=np.uint8).copy(), offsets
 
 
 class NameIndex:

@@ -12,7 +12,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scoring.names import NameArray, NameIndex, RowReasons
+from scoring.names import NameArray, NameIndex, RowReasons, pack
 
 # node names as Kubernetes writes them, plus characters JSON must escape and non-ASCII ones
 plain_names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-.", min_size=0, max_size=30)
@@ -108,3 +108,11 @@ def test_reasons_are_written_as_orjson_writes_the_map(inventory: list[str], choi
         inventory[r]: texts[(picked[r] + 1) % 3] for r in rows.tolist()
     }
     assert orjson.loads(b"{" + reasons.members_json() + b"}") == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(strings=st.lists(st.one_of(st.none(), any_names), max_size=30))
+def test_pack_holds_each_string_as_orjson_writes_it(strings: list[str | None]) -> None:
+    blob, offsets = pack(strings)
+    held = [bytes(blob[offsets[i] : offsets[i + 1]]) for i in range(len(strings))]
+    assert held == [b"" if s is None else orjson.dumps(s) for s in strings]
