@@ -116,3 +116,16 @@ def test_pack_holds_each_string_as_orjson_writes_it(strings: list[str | None]) -
     blob, offsets = pack(strings)
     held = [bytes(blob[offsets[i] : offsets[i + 1]]) for i in range(len(strings))]
     assert held == [b"" if s is None else orjson.dumps(s) for s in strings]
+
+
+def test_a_matching_hash_is_not_enough_every_byte_is_compared() -> None:
+    """A name whose hash matches a row's but whose bytes differ must not resolve to that row. Hash
+    collisions are too rare to meet at random, so the row's stored length and words are altered."""
+    long_name = "ip-10-0-12-34.eu-west-1.compute.internal"  # five eight-byte words
+    for name, column in [("node-a", 0), ("node-a", 1), ("gpu-node-17", 2), (long_name, 2), (long_name, 5)]:
+        array = NameArray.read(orjson.dumps([name]))
+        assert array is not None
+        index = NameIndex([name])
+        assert index.rows(array.buf, array.spans, array.count).tolist() == [0]
+        index.words[0, column] ^= np.uint64(1)  # column 0: the length; then the name's words
+        assert index.rows(array.buf, array.spans, array.count).tolist() == [-1], (name, column)
