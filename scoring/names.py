@@ -45,7 +45,7 @@ def json_string_spans(buf: np.ndarray, begin: int, closing: int, spans: np.ndarr
     `spans[i]` gets the start and end of element i's content (between its quotes). After the array
     only whitespace may follow, or, when `closing` is 1, whitespace, one `}` and whitespace (the
     array is the last member of an object). Strings must be ASCII without `\\` or bytes below 0x20.
-    `spans` needs `len(buf) // 3 + 1` rows.
+    `spans` needs `(len(buf) - begin) // 3 + 1` rows for every array to fit (more elements: NOT_STRICT).
     """
     n = buf.shape[0]
     i = _skip_space(buf, begin)
@@ -67,7 +67,7 @@ def json_string_spans(buf: np.ndarray, begin: int, closing: int, spans: np.ndarr
                 if kind != _PLAIN:
                     break
                 i += 1
-            if kind != _ENDS:
+            if kind != _ENDS or count == spans.shape[0]:
                 return NOT_STRICT
             spans[count, 0] = start
             spans[count, 1] = i
