@@ -12,7 +12,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scoring.names import NameArray, NameIndex, RowReasons, pack
+from scoring.names import NOT_STRICT, NameArray, NameIndex, RowReasons, json_string_spans, pack
 
 # node names as Kubernetes writes them, plus characters JSON must escape and non-ASCII ones
 plain_names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-.", min_size=0, max_size=30)
@@ -85,6 +85,9 @@ def test_an_array_may_start_after_other_bytes_and_must_end_the_body() -> None:
     assert NameArray.read(b'["a"] x') is None
     assert NameArray.read(b'["a"]} ', closing=False) is None
     assert NameArray.read(b"[]").names() == []
+    three = np.frombuffer(b'["a","b","c"]', dtype=np.uint8)
+    assert json_string_spans(three, 0, 0, np.empty((2, 2), dtype=np.int64)) == NOT_STRICT  # never past the spans
+    assert json_string_spans(three, 0, 0, np.empty((3, 2), dtype=np.int64)) == 3
 
 
 @settings(max_examples=200, deadline=None)
