@@ -105,7 +105,7 @@ class ExtenderFilterResult(_Wire):
 def _map_json(reasons: Mapping[str, str]) -> tuple[bytes, ...]:
     if isinstance(reasons, RowReasons):
         return b"{", reasons.members_json(), b"}"
-    return (orjson.dumps(reasons if isinstance(reasons, dict) else dict(reasons)),)
+    return (orjson.dumps(reasons),)  # a dict: pydantic makes one, filter_result's _plain too
 
 
 class HostPriority(_Wire):
@@ -178,16 +178,13 @@ def filter_result(
     no validation).
     """
     keep = set(passed)
-    names: NameArray | list[str] | None = args.name_array
-    if names is None:
-        names = args.node_names if args.node_names is not None else args.candidate_names()
     if len(keep) == 1:
         chosen = keep.pop()  # decide in filter: one node, so no pass over every candidate to keep order
-        if chosen not in names:
+        if chosen not in args.candidates():
             raise ValueError(f"nodes {[chosen]} were not candidates")
         ordered = [chosen]
     else:
-        ordered = [name for name in (names if isinstance(names, list) else names.names()) if name in keep]
+        ordered = [name for name in args.candidate_names() if name in keep]
         unknown = keep.difference(ordered)
         if unknown:
             raise ValueError(f"nodes {sorted(unknown)} were not candidates")
