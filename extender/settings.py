@@ -86,10 +86,10 @@ class Settings(BaseSettings):
     prices: list[Price] = Field(default_factory=list)
     decide_in_filter: bool = True
     report_not_chosen: bool = Field(
-        True,
-        description="decide in filter: FailedNodes names every candidate not chosen, the feasible ones as "
-        "'gpupack chose another node'; false names only the infeasible ones (kube-scheduler shows FailedNodes "
-        "only when no node passes, and at 5,000 candidates the full map is ~200 KiB per call)",
+        False,
+        description="decide in filter: FailedNodes names only the infeasible candidates, each with its reason; "
+        "true also names every feasible candidate not chosen as 'gpupack chose another node'. kube-scheduler "
+        "drops the statuses of a filter that chose a node, and at 5,000 candidates that map is ~200 KiB per call",
     )
     reservation_ttl_seconds: float = Field(30.0, gt=0, description="an unbound filter decision is released")
     max_body_bytes: int = Field(16 << 20, ge=1024, description="larger request bodies get HTTP 413")

@@ -140,7 +140,7 @@ def test_filter_reserves_at_once_and_returns_the_same_reservation_on_retry() -> 
     first = pod("p1", gpus=1)
     chosen, failed, unresolvable = state.decide_for_filter(first, ["a", "b", "ghost"])
     other = "b" if chosen == "a" else "a"
-    assert failed == {other: NOT_CHOSEN}
+    assert failed == {}  # by default only the infeasible candidates are named
     assert unresolvable == {"ghost": UNKNOWN_NODE}
     assert state.decide_for_filter(first, ["a", "b"])[0] == chosen  # kube-scheduler retry
     chosen2, _, _ = state.decide_for_filter(pod("p2", gpus=1), ["a", "b"])
@@ -346,14 +346,15 @@ FORMS = pytest.mark.parametrize("form", ["names", "bytes"])
 
 
 @FORMS
-def test_failed_nodes_name_the_rest_or_with_report_not_chosen_off_the_infeasible_only(form: str) -> None:
+def test_failed_nodes_name_the_infeasible_or_with_report_not_chosen_the_rest(form: str) -> None:
     nodes = [node("a", L4, 1), node("b", L4, 1), node("small", L4, 1, cpu="1")]
     request = pod("p", gpus=1, cpu="2")
     candidates = as_sent(["a", "b", "small", "b"], form)
-    chosen, failed, _ = state_from(nodes).decide_for_filter(request, candidates)
+    full = state_from(nodes, settings=Settings(report_not_chosen=True))
+    chosen, failed, _ = full.decide_for_filter(request, candidates)
     other = "b" if chosen == "a" else "a"
     assert dict(failed) == {"small": "not enough free CPU", other: NOT_CHOSEN}
-    lean = state_from(nodes, settings=Settings(report_not_chosen=False))
+    lean = state_from(nodes)  # the default
     _, failed, _ = lean.decide_for_filter(request, candidates)
     assert dict(failed) == {"small": "not enough free CPU"}
     retry_chosen, failed, _ = lean.decide_for_filter(request, candidates)  # the reservation, reused
@@ -364,7 +365,8 @@ def test_failed_nodes_name_the_rest_or_with_report_not_chosen_off_the_infeasible
 def test_the_same_candidates_see_every_node_change(form: str) -> None:
     """kube-scheduler sends the same candidate list call after call; each change to the nodes behind
     it (deleted, added, cordoned, uncordoned) must show in the next answer all the same."""
-    state = state_from([node("a", L4, 1), node("b", L4, 1), node("c", L4, 1)])
+    nodes = [node("a", L4, 1), node("b", L4, 1), node("c", L4, 1)]
+    state = state_from(nodes, settings=Settings(report_not_chosen=True))
     candidates = as_sent(["a", "b", "c", "d"], form)
     first, failed, unresolvable = state.decide_for_filter(pod("p1", gpus=1), candidates)
     assert first is not None and unresolvable == {"d": UNKNOWN_NODE}
