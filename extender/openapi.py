@@ -1,9 +1,9 @@
 """What `/openapi.json` says about the verbs: request and response bodies from the wire models.
 
-The verb routes read raw bytes (extender.app), so FastAPI alone would publish no body at all. Each
-route gets an `openapi_extra` with its request body, generated from the pydantic models in
-extender.wire; the handlers still parse the bytes themselves. ExtenderArgs keeps the Pod as a plain
-dict on the wire, so its schema is replaced by `PodFields`: the part of a v1.Pod gpupack reads
+The verb routes are plain ASGI endpoints reading raw bytes (extender.app), so FastAPI alone would
+publish nothing about them: `verb_paths` describes each, its request and response bodies generated
+from extender.wire; the handlers still parse the bytes themselves. ExtenderArgs keeps the Pod as a
+plain dict on the wire, so its schema is replaced by `PodFields`: the part of a v1.Pod gpupack reads
 (metadata, containers' resources, node selection), everything else allowed. Nothing here is used to
 parse a request.
 """
@@ -144,8 +144,8 @@ def _refusals() -> dict[str, Any]:
     }
 
 
-def extender_args_extra(answer: dict[str, Any], description: str) -> dict[str, Any]:
-    """`openapi_extra` of filter/prioritize: ExtenderArgs in (Pod and Nodes described), `answer` out.
+def extender_args_operation(answer: dict[str, Any], description: str) -> dict[str, Any]:
+    """The operation of filter/prioritize: ExtenderArgs in (Pod and Nodes described), `answer` out.
 
     kube-scheduler always sends all three keys, and exactly one of `Nodes` / `NodeNames` is non-null.
     """
@@ -160,25 +160,34 @@ def extender_args_extra(answer: dict[str, Any], description: str) -> dict[str, A
     return {"requestBody": _body(schema), "responses": {"200": _answer(description, answer), **_refusals()}}
 
 
-def filter_extra() -> dict[str, Any]:
-    """`openapi_extra` of `POST /filter`."""
-    return extender_args_extra(schema_of(ExtenderFilterResult, "serialization"), "ExtenderFilterResult")
+def filter_operation() -> dict[str, Any]:
+    """The operation of `POST /filter`."""
+    return extender_args_operation(schema_of(ExtenderFilterResult, "serialization"), "ExtenderFilterResult")
 
 
-def prioritize_extra() -> dict[str, Any]:
-    """`openapi_extra` of `POST /prioritize`."""
+def prioritize_operation() -> dict[str, Any]:
+    """The operation of `POST /prioritize`."""
     answer = {"type": "array", "items": schema_of(HostPriority, "serialization")}
-    return extender_args_extra(answer, "HostPriorityList")
+    return extender_args_operation(answer, "HostPriorityList")
 
 
-def bind_extra() -> dict[str, Any]:
-    """`openapi_extra` of `POST /bind`."""
+def bind_operation() -> dict[str, Any]:
+    """The operation of `POST /bind`."""
     return {
         "requestBody": _body(schema_of(ExtenderBindingArgs)),
         "responses": {
             "200": _answer("ExtenderBindingResult", schema_of(ExtenderBindingResult, "serialization")),
             **_refusals(),
         },
+    }
+
+
+def verb_paths() -> dict[str, Any]:
+    """The OpenAPI paths of `POST /filter`, `/prioritize` and `/bind`."""
+    operations = {"filter": filter_operation(), "prioritize": prioritize_operation(), "bind": bind_operation()}
+    return {
+        f"/{verb}": {"post": {"summary": verb.capitalize(), "operationId": verb, **operation}}
+        for verb, operation in operations.items()
     }
 
 
