@@ -126,6 +126,16 @@ def _empty_sums(nodes: int, types: int) -> tuple[np.ndarray, ...]:
     )
 
 
+def _empty_memo(nodes: int) -> tuple[np.ndarray, ...]:
+    """`schedule`'s per-node memo, all invalid: (node version stamp, epoch, verdict, score)."""
+    return (
+        np.full(nodes, -1, dtype=np.int64),
+        np.full(nodes, -1, dtype=np.int64),
+        np.zeros(nodes, dtype=np.int8),
+        np.zeros(nodes, dtype=np.float64),
+    )
+
+
 def _has_profile(family, profile: str) -> bool:
     try:
         resolve_profile(family, profile)
@@ -153,6 +163,10 @@ class Engine:
         self._sums_cache = _empty_sums(0, 0)
         self._weights_version = 0
         self._scratch: tuple[np.ndarray, ...] | None = None
+        self._memo = _empty_memo(0)
+        self._memo_epoch = np.zeros(1, dtype=np.int64)  # the current epoch, and the maxima it was for
+        self._memo_maxima = np.full(2, np.nan)
+        self._memo_key: tuple | None = None
 
     def mix_arrays(self) -> tuple:
         """The policy mix as kernel arrays, rebuilt only when the mix or the model list changed."""
@@ -174,6 +188,22 @@ class Engine:
         if len(stamp) < n or sums.shape[1] != types:
             self._sums_cache = _empty_sums(max(n, 2 * len(stamp)), types)
         return (*(array[:n] for array in self._sums_cache), self._weights_version)
+
+    def memo(self, arrays: RequestArrays) -> tuple:
+        """`schedule`'s per-node memo; a new epoch when the request, the policy or the mix weights
+        changed since the last call (call `mix_arrays` first)."""
+        n = self.inventory.size
+        if len(self._memo[0]) < n:
+            self._memo = _empty_memo(max(n, 2 * len(self._memo[0])))
+        policy = self.policy
+        key = (
+            arrays.scalars.tobytes(), arrays.shapes.tobytes(), arrays.me.tobytes(), arrays.allowed.tobytes(),
+            policy.kernel_id, policy.params.tobytes(), self._weights_version,
+        )  # fmt: skip
+        if key != self._memo_key:
+            self._memo_key = key
+            self._memo_epoch[0] += 1
+        return (*(array[:n] for array in self._memo), self._memo_epoch, self._memo_maxima)
 
     def scratch(self, types: int, width: int) -> tuple[np.ndarray, ...]:
         """The kernel's working arrays, remade only when the mix or the request width outgrows them."""
@@ -240,7 +270,8 @@ class Engine:
         best, slots = k.schedule(
             nodes, gpus, models, arrays.scalars, arrays.shapes, arrays.me, arrays.allowed, mask,
             mix, self.policy.kernel_id, self.policy.params, rank, noise, self.sums_cache(len(mix[0])),
-            self.scratch(len(mix[0]), arrays.width), scores, verdicts, best_gpu, best_start, best_shape,
+            self.memo(arrays), self.scratch(len(mix[0]), arrays.width), scores, verdicts, best_gpu, best_start,
+            best_shape,
         )  # fmt: skip
         placement = None
         if best >= 0:

@@ -507,12 +507,21 @@ def make_scratch(types: int, width: int) -> tuple[np.ndarray, ...]:
 @njit(cache=True, nogil=True, _nrt=False)
 def schedule(
     inv, gpus, models, req, req_shapes, req_me, allowed, candidate, mix, policy, params, rank, noise,
-    cache, scratch, out_score, out_verdict, best_gpu, best_start, best_shape,
+    cache, memo, scratch, out_score, out_verdict, best_gpu, best_start, best_shape,
 ):
     """Score every candidate node; returns (best node or -1, slots) with its placement in best_*.
 
     Ties on score go to the lowest `rank`. The GIL is released while it runs; `scratch` comes from
     `make_scratch`.
+
+    `memo` = (stamp[N], epoch[N], verdict[N], score[N], current[1], maxima[2]) keeps each node's
+    verdict and score (before the rank term) for as long as its version is unchanged and the
+    epoch is `current[0]`: the caller starts a new epoch when the request, the policy or the mix
+    weights change, and this kernel does when the candidates' price or memory maxima do (the cost and
+    model-fit terms are relative to them). A node read from the memo is not scored again; when it
+    wins, it alone is scored once more after the loop, for its placement. kube-scheduler sends the
+    same candidates pod after pod and a decision changes one node, so nearly every node is read
+    from the memo. The random policy (its GPU choice draws on `noise`) bypasses it.
 
     `cache` = (stamp[N], S[N, T], H[N, T], frag[N], weights_stamp[N], free[N], free_mask[N],
     plain_mask[N], set[N, MAX_GPUS + 1], topo[N, MAX_GPUS + 1], weights_version) keeps each node's
@@ -528,6 +537,14 @@ def schedule(
     model_memory, model_compute = models
     mix_w, mix_i, mix_shape, mix_allowed = mix
     max_price, max_memory = candidate_maxima(active, model_a, count_a, price_a, model_memory, candidate)
+    memo_stamp, memo_epoch, memo_verdict, memo_score, memo_current, memo_maxima = memo
+    if memo_maxima[0] != max_price or memo_maxima[1] != max_memory:
+        memo_current[0] += 1
+        memo_maxima[0] = max_price
+        memo_maxima[1] = max_memory
+    epoch = memo_current[0]
+    use_memo = policy != P_RANDOM
+    order_weight = params[W_ORDER] if policy == P_GPUPACK and params[W_ORDER] > 0.0 else 0.0
     n_nodes = active.shape[0]
     n_types = mix_w.shape[0]
     S, H, loc, cur_gpu, cur_start, cur_shape, tmp_set, free_idx, pair_scratch, gpu_S, gpu_H = scratch
@@ -542,11 +559,41 @@ def schedule(
     best = -1
     best_slots = 0
     best_score = 0.0
-    for n in range(n_nodes):
+    redo = -1  # the best node so far was read from the memo: its placement is still to be found
+    scored = -1  # the node scored last: its verdict and score go to the memo once the next one starts
+    scored_raw = -np.inf
+    for step in range(n_nodes + 1):
+        if scored >= 0:
+            memo_stamp[scored] = version_a[scored]
+            memo_epoch[scored] = epoch
+            memo_verdict[scored] = out_verdict[scored]
+            memo_score[scored] = scored_raw
+            scored = -1
+        if step < n_nodes:
+            n = step
+        elif redo >= 0:
+            n = redo  # scored again, now only for its placement
+        else:
+            break
         if not (candidate[n] and active[n]):
             out_verdict[n] = NOT_CANDIDATE
             out_score[n] = -np.inf
             continue
+        if use_memo and step < n_nodes and memo_stamp[n] == version_a[n] and memo_epoch[n] == epoch:
+            out_verdict[n] = memo_verdict[n]
+            if memo_verdict[n] != OK:
+                out_score[n] = -np.inf
+                continue
+            score = memo_score[n] - order_weight * rank[n] / n_nodes
+            out_score[n] = score
+            if best < 0 or score > best_score or (score == best_score and rank[n] < rank[best]):
+                best = n
+                best_score = score
+                redo = n
+            continue
+        if step < n_nodes:
+            scored = n
+            scored_raw = -np.inf
         verdict = OK
         model = model_a[n]
         if cpu_free_a[n] < cpu:
@@ -852,15 +899,16 @@ def schedule(
             pods_free_a, pods_cap_a, model_memory, req, policy, params, max_price, max_memory, count, free_before,
             free_after, frag_before, frag_after, topo, gpu_score,
         )
-        if policy == P_GPUPACK and params[W_ORDER] > 0.0:
-            # consolidation: among near-equal nodes, keep filling the ones earliest in a fixed order
-            score -= params[W_ORDER] * rank[n] / n_nodes
+        scored_raw = score
+        # consolidation (gpupack): among near-equal nodes, keep filling the ones earliest in a fixed order
+        score -= order_weight * rank[n] / n_nodes
         out_verdict[n] = OK
         out_score[n] = score
-        if best < 0 or score > best_score or (score == best_score and rank[n] < rank[best]):
+        if step == n_nodes or best < 0 or score > best_score or (score == best_score and rank[n] < rank[best]):
             best = n
             best_score = score
             best_slots = slots
+            redo = -1
             for q in range(slots):
                 best_gpu[q] = cur_gpu[q]
                 best_start[q] = cur_start[q]

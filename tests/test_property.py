@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scoring.engine import Engine
+from scoring.engine import Decision, Engine
 from scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
 from scoring.geometry import (
     FAMILIES,
@@ -312,8 +312,8 @@ def check_invariants(inv: Inventory, ledger: Ledger) -> None:
                 assert not inv.gpu_whole[g] and inv.gpu_milli_free[g] == FULL_MILLI
 
 
-def assert_agree(engine: Engine, inv: Inventory, policy: PolicySpec, request: PodRequest, **kw: object) -> None:
-    """Engine and reference give identical verdicts, scores and placements."""
+def assert_agree(engine: Engine, inv: Inventory, policy: PolicySpec, request: PodRequest, **kw: object) -> Decision:
+    """Engine and reference give identical verdicts, scores and placements; returns the engine's decision."""
     before = snapshot(inv)
     fast = engine.decide(request, **kw)  # type: ignore[arg-type]
     slow = reference_decide(inv, policy, request, **kw)  # type: ignore[arg-type]
@@ -323,6 +323,7 @@ def assert_agree(engine: Engine, inv: Inventory, policy: PolicySpec, request: Po
     # exact: same expressions in the same order over exact integer fragmentation terms
     assert fast.scores.tolist() == slow.scores.tolist(), (request, fast.scores, slow.scores)
     assert fast.placement == slow.placement, request
+    return fast
 
 
 def check_placement_matches(request: PodRequest, placement: Placement) -> None:
@@ -379,14 +380,16 @@ def run_stream(policy: PolicySpec, nodes: list[NodeFacts], stream: list[PodReque
 
     engine = Engine(inv, policy)
     decided: list[Placement] = []
-    for request in stream:
+    # each request is decided twice in a row (the second time from the engine's memo) and, half of the
+    # time, asked again once it is placed: the memo then holds every node but the one that changed
+    for request in (r for r in stream for _ in range(rng.choice((1, 2)))):
         n = inv.size
         names = sorted(inv.index)
         candidates = None if rng.random() < 0.7 else rng.sample(names, rng.randint(0, len(names)))
         rank = np.array(rng.sample(range(n), n), dtype=np.int64)
         noise = np.array([rng.random() for _ in range(n)], dtype=np.float64)
         assert_agree(engine, inv, policy, request, candidates=candidates, rank=rank, noise=noise)
-        decision = engine.decide(request, candidates=candidates, rank=rank, noise=noise)
+        decision = assert_agree(engine, inv, policy, request, candidates=candidates, rank=rank, noise=noise)
         engine.observe(request)
         if decision.placement is not None:
             check_placement_matches(request, decision.placement)
@@ -448,3 +451,24 @@ def test_sixteen_gpu_node(data: st.DataObject) -> None:
     stream = [PodRequest(cpu_milli=100, kind=Kind.WHOLE, gpus=g) for g in gpus]
     policy = data.draw(st.sampled_from(["gpupack", "kube-default+sets", "first-fit"]))
     run_stream(make_policy(policy, stream), [facts], stream, data.draw(st.integers(0, 2**32 - 1)))
+
+
+def test_memo_follows_the_candidates_price_and_memory_maxima() -> None:
+    """The same request against fewer candidates: the cost and model-fit terms are relative to the
+    candidates' highest price and largest GPU memory, so scores read from the engine's memo must
+    not outlive a change of those maxima (the stream above rarely repeats a request that way)."""
+    nodes = [
+        NodeFacts("h200", 64_000, 512 * GIB, gpu_product="NVIDIA-H200", gpu_count=8, hourly_cost=90.0),
+        NodeFacts("h100", 64_000, 512 * GIB, gpu_product="NVIDIA-H100-80GB-HBM3", gpu_count=8, hourly_cost=60.0),
+        NodeFacts("l4", 64_000, 512 * GIB, gpu_product="NVIDIA-L4", gpu_count=8, hourly_cost=10.0),
+    ]
+    inv = Inventory()
+    for facts in nodes:
+        inv.add_node(facts)
+    policy = gpupack()
+    engine = Engine(inv, policy)
+    request = PodRequest(1000, GIB, Kind.WHOLE, gpus=1)
+    for candidates in (None, ["h100", "l4"], ["l4"], ["h100", "l4"], None, ["h200", "l4"]):
+        first = assert_agree(engine, inv, policy, request, candidates=candidates)
+        again = assert_agree(engine, inv, policy, request, candidates=candidates)
+        assert again.placement == first.placement and again.scores.tolist() == first.scores.tolist()
