@@ -177,8 +177,11 @@ class Engine:
             # the cached sums depend on the task types, not on their weights
             if old is None or not all(np.array_equal(a, b) for a, b in zip(old[1:], arrays[1:], strict=True)):
                 self._sums_cache = _empty_sums(self.inventory.size, len(arrays[0]))
+            # a refresh that leaves the weights as they were (a steady workload) keeps every node's
+            # fragmentation and the memo valid
+            if old is None or not all(np.array_equal(a, b) for a, b in zip(old, arrays, strict=True)):
+                self._weights_version += 1
             self._mix_cache = (key, arrays)
-            self._weights_version += 1
         return self._mix_cache[1]
 
     def sums_cache(self, types: int) -> tuple:
