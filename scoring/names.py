@@ -97,8 +97,15 @@ def json_string_spans(buf: np.ndarray, begin: int, closing: int, spans: np.ndarr
 @njit(cache=True, inline="always")
 def _word(buf: np.ndarray, i: int, end: int) -> np.uint64:
     """Bytes i .. min(i + 8, end) - 1 of `buf`, little-endian, zero-padded."""
+    if end - i >= 8:  # unrolled: the compiler makes it one load
+        return (
+            np.uint64(buf[i]) | np.uint64(buf[i + 1]) << np.uint64(8) | np.uint64(buf[i + 2]) << np.uint64(16)
+            | np.uint64(buf[i + 3]) << np.uint64(24) | np.uint64(buf[i + 4]) << np.uint64(32)
+            | np.uint64(buf[i + 5]) << np.uint64(40) | np.uint64(buf[i + 6]) << np.uint64(48)
+            | np.uint64(buf[i + 7]) << np.uint64(56)
+        )  # fmt: skip
     word = np.uint64(0)
-    for j in range(min(8, end - i)):
+    for j in range(end - i):
         word |= np.uint64(buf[i + j]) << np.uint64(8 * j)
     return word
 
@@ -217,7 +224,8 @@ class NameIndex:
         lengths = np.diff(self.offsets) - 2  # of each name's content, between its quotes; -1: no name
         width = 1 + max(2, (int(lengths.max(initial=0)) + 7) // 8)
         self.words = np.zeros((len(self.names), width), dtype=np.uint64)  # length, then the name's words
-        self.slots = np.zeros(1 << max(4, (3 * len(self.names) // 2).bit_length()), dtype=np.uint64)
+        # at most a quarter full: a lookup mostly finds its name in the first slot it tries
+        self.slots = np.zeros(1 << max(4, (4 * len(self.names)).bit_length()), dtype=np.uint64)
         fill_slots(self.blob, self.offsets, self.words, self.slots)
         self.last_members: tuple[np.ndarray, np.ndarray, tuple[str, ...], bytes] | None = None  # RowReasons'
 
