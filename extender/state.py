@@ -471,16 +471,14 @@ class ClusterState:
         """The candidates gpupack can place on, as a mask over inventory rows, and the others with why
         they are unresolvable. Names sent as wire bytes are looked up without becoming strings."""
         inventory = self.inventory
+        mask = np.zeros(inventory.size, dtype=np.bool_)
         if isinstance(candidates, NameArray):
-            rows = inventory.name_index().rows(candidates.buf, candidates.spans, candidates.count)
-            unknown = [candidates.name(i) for i in np.flatnonzero(rows < 0).tolist()]
-            rows = rows[rows >= 0]
+            rows, missing = inventory.name_index().rows(candidates, mask)
+            unknown = [candidates.name(i) for i in np.flatnonzero(rows < 0).tolist()] if missing else []
         else:
             found = [(name, inventory.index.get(name, -1)) for name in candidates]
-            rows = np.array([row for _, row in found if row >= 0], dtype=np.int64)
+            mask[[row for _, row in found if row >= 0]] = True
             unknown = [name for name, row in found if row < 0]
-        mask = np.zeros(inventory.size, dtype=np.bool_)
-        mask[rows] = True
         unresolvable = {name: self._bad.get(name, UNKNOWN_NODE) for name in unknown}
         for name in self._unschedulable:  # few, so walked instead of the candidates
             row = inventory.index.get(name)

@@ -21,6 +21,9 @@ from numba import njit
 
 NOT_STRICT = -1
 HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
+HASH_SEED = np.uint64(0x243F6A8885A308D3)
+_LOW_BITS = np.uint64(0x0101010101010101)
+_HIGH_BITS = np.uint64(0x8080808080808080)
 _QUOTE, _BACKSLASH, _COMMA = 0x22, 0x5C, 0x2C
 _OPEN, _CLOSE, _BRACE_CLOSE = 0x5B, 0x5D, 0x7D
 _PLAIN, _ENDS, _REFUSED = 0, 1, 2  # what a byte inside a strict string is: content, its end, not allowed
@@ -39,13 +42,14 @@ def _skip_space(buf: np.ndarray, i: int) -> int:
 
 
 @njit(cache=True, nogil=True)
-def json_string_spans(buf: np.ndarray, begin: int, closing: int, spans: np.ndarray) -> int:
+def json_string_spans(buf: np.ndarray, begin: int, closing: int, spans: np.ndarray, hashes: np.ndarray) -> int:
     """Read `[ "a", "b", ... ]` from `buf[begin:]`; the element count, or NOT_STRICT.
 
-    `spans[i]` gets the start and end of element i's content (between its quotes). After the array
-    only whitespace may follow, or, when `closing` is 1, whitespace, one `}` and whitespace (the
-    array is the last member of an object). Strings must be ASCII without `\\` or bytes below 0x20.
-    `spans` needs `(len(buf) - begin) // 3 + 1` rows for every array to fit (more elements: NOT_STRICT).
+    `spans[i]` gets the start and end of element i's content (between its quotes), `hashes[i]` its
+    `_hash`, computed on the way: strings are read eight bytes at a time. After the array only whitespace may
+    follow, or, when `closing` is 1, whitespace, one `}` and whitespace (the array is the last member
+    of an object). Strings must be ASCII without `\\` or bytes below 0x20. `spans` and `hashes` need
+    `(len(buf) - begin) // 3 + 1` rows for every array to fit (more elements: NOT_STRICT).
     """
     n = buf.shape[0]
     i = _skip_space(buf, begin)
@@ -61,16 +65,23 @@ def json_string_spans(buf: np.ndarray, begin: int, closing: int, spans: np.ndarr
                 return NOT_STRICT
             start = i + 1
             i = start
-            kind = _PLAIN
-            while i < n:
-                kind = _BYTE_KIND[buf[i]]
-                if kind != _PLAIN:
+            h = HASH_SEED
+            while i + 8 <= n:  # eight bytes at a time while none of them ends the string or is refused
+                word = _word(buf, i, i + 8)
+                if _special_bytes(word) != 0:
                     break
+                h = (h ^ word) * HASH_MULTIPLIER
+                i += 8
+            last = i  # the last, partial word: byte by byte
+            while i < n and _BYTE_KIND[buf[i]] == _PLAIN:
                 i += 1
-            if kind != _ENDS or count == spans.shape[0]:
+            if i == n or _BYTE_KIND[buf[i]] != _ENDS or count == spans.shape[0] or count == hashes.shape[0]:
                 return NOT_STRICT
+            if i > last:
+                h = (h ^ _word(buf, last, i)) * HASH_MULTIPLIER
             spans[count, 0] = start
             spans[count, 1] = i
+            hashes[count] = _finish_hash(h, i - start)
             count += 1
             i += 1
             if i < n and buf[i] == _COMMA:  # compact JSON, the common case: no call to skip spaces
@@ -111,21 +122,32 @@ def _word(buf: np.ndarray, i: int, end: int) -> np.uint64:
 
 
 @njit(cache=True, inline="always")
-def _hash(buf: np.ndarray, start: int, end: int) -> tuple[np.uint64, np.uint64, np.uint64]:
-    """(a 64-bit hash of `buf[start:end]`, its first eight-byte word, its second), one multiply per word."""
-    h = np.uint64(end - start) * HASH_MULTIPLIER
-    first = np.uint64(0)
-    second = np.uint64(0)
-    for i in range(start, end, 8):
-        word = _word(buf, i, end)
-        if i == start:
-            first = word
-        elif i == start + 8:
-            second = word
-        h = (h ^ word) * HASH_MULTIPLIER
+def _special_bytes(word: np.uint64) -> np.uint64:
+    """Nonzero when a byte of `word` is a quote, a backslash, below 0x20 or above 0x7F (exact as to
+    whether one is; which one it is, the caller finds byte by byte)."""
+    quote = word ^ (np.uint64(_QUOTE) * _LOW_BITS)
+    backslash = word ^ (np.uint64(_BACKSLASH) * _LOW_BITS)
+    return (
+        ((quote - _LOW_BITS) & ~quote) | ((backslash - _LOW_BITS) & ~backslash)
+        | ((word - np.uint64(0x20) * _LOW_BITS) & ~word) | word
+    ) & _HIGH_BITS  # fmt: skip
+
+
+@njit(cache=True, inline="always")
+def _finish_hash(h: np.uint64, length: int) -> np.uint64:
+    h = (h ^ np.uint64(length)) * HASH_MULTIPLIER
     h ^= h >> np.uint64(32)  # the table takes the low bits, which a multiply alone leaves weak
     h *= HASH_MULTIPLIER
-    return h ^ (h >> np.uint64(29)), first, second
+    return h ^ (h >> np.uint64(29))
+
+
+@njit(cache=True, inline="always")
+def _hash(buf: np.ndarray, start: int, end: int) -> np.uint64:
+    """A 64-bit hash of `buf[start:end]`: one multiply per eight-byte word, then the length."""
+    h = HASH_SEED
+    for i in range(start, end, 8):
+        h = (h ^ _word(buf, i, end)) * HASH_MULTIPLIER
+    return _finish_hash(h, end - start)
 
 
 TAG_MASK = np.uint64(0xFFFFFFFF00000000)  # a slot: the hash's high 32 bits, then row + 1 (0: empty)
@@ -134,38 +156,45 @@ ROW_MASK = np.uint64(0xFFFFFFFF)
 
 @njit(cache=True, nogil=True)
 def rows_of_spans(
-    buf: np.ndarray, spans: np.ndarray, count: int, slots: np.ndarray, words: np.ndarray, rows: np.ndarray
-) -> None:
-    """`rows[i]` = the row whose name is element i of `buf` (see `json_string_spans`), or -1.
+    buf: np.ndarray, spans: np.ndarray, hashes: np.ndarray, count: int, slots: np.ndarray, words: np.ndarray,
+    rows: np.ndarray, mask: np.ndarray,
+) -> int:
+    """`rows[i]` = the row whose name is element i of `buf` (see `json_string_spans`), or -1; sets
+    `mask[row]` for each row found; returns how many elements were not found.
 
     A row matches when its hash tag, its length (`words[row, 0]`) and every eight-byte word of its
     name (`words[row, 1:]`) are equal: exact. The slots are 8 bytes each and a name's length and
     words sit together, so a lookup touches two small places in memory.
-    """
-    mask = np.uint64(slots.shape[0] - 1)
+    """  # fmt: skip
+    table = np.uint64(slots.shape[0] - 1)
+    missing = 0
     for e in range(count):
         start = spans[e, 0]
         end = spans[e, 1]
         length = end - start
-        h, first, second = _hash(buf, start, end)
+        h = hashes[e]
         tag = h & TAG_MASK
-        slot = h & mask
+        slot = h & table
         found = -1
         while slots[slot] != 0:
             if slots[slot] & TAG_MASK == tag:
                 row = np.int64(slots[slot] & ROW_MASK) - 1
-                same_start = words[row, 1] == first and (length <= 8 or words[row, 2] == second)
-                if np.int64(words[row, 0]) == length and same_start:
+                if np.int64(words[row, 0]) == length:
                     same = True
-                    for k in range(2, (length + 7) // 8):
+                    for k in range((length + 7) // 8):
                         if words[row, 1 + k] != _word(buf, start + 8 * k, end):
                             same = False
                             break
                     if same:
                         found = row
                         break
-            slot = (slot + np.uint64(1)) & mask
+            slot = (slot + np.uint64(1)) & table
         rows[e] = found
+        if found >= 0:
+            mask[found] = True
+        else:
+            missing += 1
+    return missing
 
 
 @njit(cache=True, nogil=True)
@@ -202,8 +231,9 @@ def pack(strings: Sequence[str | None]) -> tuple[np.ndarray, np.ndarray]:
     present = [text for text in strings if text is not None]
     data = orjson.dumps(present)
     spans = np.empty((len(present) + 1, 2), dtype=np.int64)
-    if json_string_spans(np.frombuffer(data, dtype=np.uint8), 0, 0, spans) == len(present):
-        blob = data[1:-1].replace(b'","', b'""')  # strict names hold no quote: only separators match
+    hashes = np.empty(len(present) + 1, dtype=np.uint64)
+    if json_string_spans(np.frombuffer(data, dtype=np.uint8), 0, 0, spans, hashes) == len(present):
+        blob = ('"' + '""'.join(present) + '"').encode() if present else b""  # strict: each is "name"
         sizes = [len(text) + 2 for text in present]  # ASCII without escapes: one byte per character
     else:
         encoded = [orjson.dumps(text) for text in present]
@@ -229,11 +259,12 @@ class NameIndex:
         fill_slots(self.blob, self.offsets, self.words, self.slots)
         self.last_members: tuple[np.ndarray, np.ndarray, tuple[str, ...], bytes] | None = None  # RowReasons'
 
-    def rows(self, buf: np.ndarray, spans: np.ndarray, count: int) -> np.ndarray:
-        """The row of each of the `count` names `spans` mark in `buf` (-1: not in the index)."""
-        rows = np.empty(count, dtype=np.int64)
-        rows_of_spans(buf, spans, count, self.slots, self.words, rows)
-        return rows
+    def rows(self, names: NameArray, mask: np.ndarray) -> tuple[np.ndarray, int]:
+        """(the row of each name, -1 where the index has none; how many have none), setting `mask`
+        at every row found (`mask` spans the index's rows)."""
+        rows = np.empty(names.count, dtype=np.int64)
+        missing = rows_of_spans(names.buf, names.spans, names.hashes, names.count, self.slots, self.words, rows, mask)
+        return rows, missing
 
 
 @njit(cache=True)
@@ -248,7 +279,7 @@ def fill_slots(blob: np.ndarray, offsets: np.ndarray, words: np.ndarray, slots: 
         words[row, 0] = end - start
         for k in range((end - start + 7) // 8):
             words[row, 1 + k] = _word(blob, start + 8 * k, end)
-        h = _hash(blob, start, end)[0]
+        h = _hash(blob, start, end)
         slot = h & mask
         while slots[slot] != 0:
             slot = (slot + np.uint64(1)) & mask
@@ -258,12 +289,13 @@ def fill_slots(blob: np.ndarray, offsets: np.ndarray, words: np.ndarray, slots: 
 class NameArray:
     """A JSON array of names in its wire bytes, read in the strict form (see the module docstring)."""
 
-    __slots__ = ("begin", "buf", "count", "data", "end", "spans")
+    __slots__ = ("begin", "buf", "count", "data", "end", "hashes", "spans")
 
-    def __init__(self, data: bytes, spans: np.ndarray, count: int, begin: int) -> None:
+    def __init__(self, data: bytes, spans: np.ndarray, hashes: np.ndarray, count: int, begin: int) -> None:
         self.data = data
         self.buf = np.frombuffer(data, dtype=np.uint8)
         self.spans = spans
+        self.hashes = hashes
         self.count = count
         self.begin = begin
         self.end = data.rindex(b"]") + 1  # only whitespace and at most one `}` follow the array
@@ -271,9 +303,11 @@ class NameArray:
     @classmethod
     def read(cls, data: bytes, begin: int = 0, closing: bool = False) -> NameArray | None:
         """The array at `data[begin:]` (followed by one `}` if `closing`), None if not in the strict form."""
-        spans = np.empty(((len(data) - begin) // 3 + 1, 2), dtype=np.int64)
-        count = json_string_spans(np.frombuffer(data, dtype=np.uint8), begin, 1 if closing else 0, spans)
-        return None if count == NOT_STRICT else cls(data, spans, count, begin)
+        room = (len(data) - begin) // 3 + 1
+        spans = np.empty((room, 2), dtype=np.int64)
+        hashes = np.empty(room, dtype=np.uint64)
+        count = json_string_spans(np.frombuffer(data, dtype=np.uint8), begin, 1 if closing else 0, spans, hashes)
+        return None if count == NOT_STRICT else cls(data, spans, hashes, count, begin)
 
     def __len__(self) -> int:
         return self.count

@@ -20,6 +20,15 @@ any_names = st.one_of(plain_names, st.text(max_size=12))
 spacing = st.sampled_from([(",", ":"), (", ", ": "), (" ,\n ", " : ")])
 
 
+def rows_of(index: NameIndex, array: NameArray) -> list[int]:
+    """The rows `index` finds for `array`, checked against the mask and the count of names not found."""
+    mask = np.zeros(len(index.names), dtype=np.bool_)
+    rows, missing = index.rows(array, mask)
+    assert missing == int((rows < 0).sum())
+    assert set(np.flatnonzero(mask).tolist()) == set(rows[rows >= 0].tolist())
+    return rows.tolist()  # type: ignore[no-any-return]
+
+
 def encode(names: list[str], separators: tuple[str, str], indent: int | None) -> bytes:
     return json.dumps(names, separators=separators, indent=indent, ensure_ascii=False).encode()
 
@@ -46,7 +55,7 @@ def test_rows_are_what_a_dict_of_the_names_says(
     assert array.names() == sent and [array.name(i) for i in range(len(sent))] == sent
     index = NameIndex(inventory)
     where = {name: row for row, name in enumerate(inventory) if name is not None}
-    assert index.rows(array.buf, array.spans, array.count).tolist() == [where.get(n, -1) for n in sent]
+    assert rows_of(index, array) == [where.get(n, -1) for n in sent]
     for name in {*pool, ",", '","', ""}:
         assert (name in array) == (name in sent), name
 
@@ -86,8 +95,10 @@ def test_an_array_may_start_after_other_bytes_and_must_end_the_body() -> None:
     assert NameArray.read(b'["a"]} ', closing=False) is None
     assert NameArray.read(b"[]").names() == []
     three = np.frombuffer(b'["a","b","c"]', dtype=np.uint8)
-    assert json_string_spans(three, 0, 0, np.empty((2, 2), dtype=np.int64)) == NOT_STRICT  # never past the spans
-    assert json_string_spans(three, 0, 0, np.empty((3, 2), dtype=np.int64)) == 3
+    hashes = np.empty(3, dtype=np.uint64)
+    assert json_string_spans(three, 0, 0, np.empty((2, 2), dtype=np.int64), hashes) == NOT_STRICT  # never past
+    assert json_string_spans(three, 0, 0, np.empty((3, 2), dtype=np.int64), hashes[:2]) == NOT_STRICT
+    assert json_string_spans(three, 0, 0, np.empty((3, 2), dtype=np.int64), hashes) == 3
 
 
 @settings(max_examples=200, deadline=None)
@@ -129,6 +140,32 @@ def test_a_matching_hash_is_not_enough_every_byte_is_compared() -> None:
         array = NameArray.read(orjson.dumps([name]))
         assert array is not None
         index = NameIndex([name])
-        assert index.rows(array.buf, array.spans, array.count).tolist() == [0]
+        assert rows_of(index, array) == [0]
         index.words[0, column] ^= np.uint64(1)  # column 0: the length; then the name's words
-        assert index.rows(array.buf, array.spans, array.count).tolist() == [-1], (name, column)
+        assert rows_of(index, array) == [-1], (name, column)
+
+
+def test_every_byte_value_at_every_position_of_a_long_name_reads_as_orjson_reads_it() -> None:
+    """Strings are scanned eight bytes at a time: a byte that ends or refuses the string is caught in
+    any lane of a word, and one that does neither is content wherever it sits."""
+    for position in range(20):
+        for value in range(256):
+            name = bytearray(b"abcdefghijklmnopqrst")
+            name[position] = value
+            data = b'["' + bytes(name) + b'","tail-name-0123456789"]'
+            array = NameArray.read(data)
+            plain = 0x20 <= value < 0x80 and value not in b'"\\'
+            assert (array is not None) == plain, (position, value)  # the others: read the general way
+            if array is not None:
+                assert array.names() == orjson.loads(data), (position, value)
+
+
+def test_names_made_of_separators_are_held_exactly() -> None:
+    """`","` is both the JSON of the name "," and the separator between two names (found by hypothesis)."""
+    for inventory in ([","], ["a", ","], [",", "b"], ["a", ",", "", ",,", "b"]):
+        blob, offsets = pack(inventory)
+        held = [blob[offsets[i] : offsets[i + 1]].tobytes() for i in range(len(inventory))]
+        assert held == [orjson.dumps(name) for name in inventory]
+        array = NameArray.read(orjson.dumps(inventory[::-1]))
+        assert array is not None
+        assert rows_of(NameIndex(inventory), array) == list(range(len(inventory)))[::-1]
