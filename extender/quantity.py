@@ -94,7 +94,18 @@ def parse_count(value: str | int | float) -> int:
 
 
 def _scaled_ceil(value: str | int | float, scale: int) -> int:
-    result = math.ceil(parse_quantity(value) * scale)
+    if isinstance(value, (str, int, float)):
+        return _scaled_ceil_known(value, scale)
+    return _scaled_ceil_of(value, scale)  # raises the reason
+
+
+@lru_cache(maxsize=4096, typed=True)  # every filter parses the pod's cpu and memory again
+def _scaled_ceil_known(value: str | int | float, scale: int) -> int:
+    return _scaled_ceil_of(value, scale)
+
+
+def _scaled_ceil_of(value: object, scale: int) -> int:
+    result = math.ceil(parse_quantity(value) * scale)  # type: ignore[arg-type]
     if result > MAX_VALUE:
         raise QuantityError(value, "is absurdly large")
     return result
