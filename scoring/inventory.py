@@ -332,14 +332,13 @@ class Inventory:
         if tag >= 0:
             self.node_tags[row * (MAX_GPUS + 1) + tag] -= 1
 
-    def _apply(self, changes: list[tuple[np.ndarray, int, int]]) -> None:
-        for array, position, value in changes:
-            array[position] = value
+    def _apply(self, changes: list[tuple[np.ndarray, slice, np.ndarray]]) -> None:
+        for array, rows, values in changes:
+            array[rows] = values
 
-    def _slot_changes(self, row: int, placement: Placement, taking: bool) -> list[tuple[np.ndarray, int, int]]:
-        """The array writes a placement makes, checked against a scratch copy of the node's GPUs."""
+    def _slot_changes(self, row: int, placement: Placement, taking: bool) -> list[tuple[np.ndarray, slice, np.ndarray]]:
+        """The array writes a placement makes (the node's GPUs, whole), checked on a scratch copy of them."""
         count = int(self.node_gpu_count[row])
-        base = row * MAX_GPUS
         rows = self.gpu_rows(row)
         milli = self.gpu_milli_free[rows].copy()
         whole = self.gpu_whole[rows].copy()
@@ -417,19 +416,15 @@ class Inventory:
                         raise InventoryError(f"{where}: GPU {g} is not allocated whole")
                     whole[g] = False
                     milli[g] = FULL_MILLI
-        changes: list[tuple[np.ndarray, int, int]] = []
-        for array, local in (
-            (self.gpu_milli_free, milli),
-            (self.gpu_whole, whole),
-            (self.gpu_slices, slices),
-            (self.gpu_compute, compute),
-            (self.gpu_me, me),
-            (self.gpu_starts, starts),
-            (self.gpu_static_used, static_used),
-        ):
-            for j in range(count):
-                changes.append((array, base + j, local[j]))
-        return changes
+        return [
+            (self.gpu_milli_free, rows, milli),
+            (self.gpu_whole, rows, whole),
+            (self.gpu_slices, rows, slices),
+            (self.gpu_compute, rows, compute),
+            (self.gpu_me, rows, me),
+            (self.gpu_starts, rows, starts),
+            (self.gpu_static_used, rows, static_used),
+        ]
 
     # ----------------------------------------------------------------- read-outs
     def gpus_total(self) -> int:
