@@ -403,37 +403,25 @@ def speed_section(kernel: Sequence[Mapping[str, object]], http: Sequence[Mapping
     section = Section()
     k_table = Table(
         [
-            "nodes", "policy", "numba ms", "numba cold ms", "reference ms", "reference / numba", "reference calls",
-            "same node chosen",
+            "nodes", "policy", "numba ms", "numba ms, shape changed", "numba cold ms", "reference ms",
+            "reference / numba", "reference calls", "same node chosen",
         ]
     )  # fmt: skip
     for r in kernel:
         k_table.add(
-            r["nodes"],
-            r["policy"],
-            r["numba_ms"],
-            r.get("numba_cold_ms"),  # type: ignore[arg-type]
-            r["reference_ms"],
-            r["ratio"],
-            r["reference_calls"],  # type: ignore[arg-type]
-            r["same_choice"],
-        )  # type: ignore[arg-type]
+            r["nodes"], r["policy"], r["numba_ms"], r.get("numba_shape_changed_ms"), r.get("numba_cold_ms"),
+            r["reference_ms"], r["ratio"], r["reference_calls"], r["same_choice"],
+        )  # type: ignore[arg-type]  # fmt: skip
     h_table = Table(
-        ["nodes", "mode", "body KiB", "requests", "gpupack p50 ms", "gpupack p99 ms", "bare p50 ms", "bare p99 ms"]
+        ["nodes", "mode", "server", "body KiB", "requests", "p50 ms", "p99 ms", "p50 / bare", "p99 / bare"]
     )
     by = group_rows(http)
     for (nodes, mode), rows in by.items():
-        mine, bare = rows.get("gpupack", {}), rows.get("bare FastAPI", {})
-        h_table.add(
-            nodes,
-            mode,
-            mine.get("body_kib"),
-            mine.get("requests"),
-            mine.get("p50_ms"),
-            mine.get("p99_ms"),  # type: ignore[arg-type]
-            bare.get("p50_ms"),
-            bare.get("p99_ms"),
-        )  # type: ignore[arg-type]
+        for server, r in rows.items():
+            h_table.add(
+                nodes, mode, server, r.get("body_kib"), r.get("requests"), r.get("p50_ms"), r.get("p99_ms"),
+                r.get("p50_vs_bare"), r.get("p99_vs_bare"),
+            )  # type: ignore[arg-type]  # fmt: skip
     section.tables = {"speed_kernel": k_table, "speed_http": h_table}
     if kernel:
         plots.speed_lines(kernel, out / "speed_kernel.png", "Kernel time per decision (1-GPU pod)")

@@ -45,6 +45,7 @@ from scoring.reference import reference_decide
 from scoring.request import Kind, PodRequest
 
 POD_REQUEST = PodRequest(4000, 16 << 30, Kind.WHOLE, gpus=1)
+OTHER_REQUEST = PodRequest(4001, 16 << 30, Kind.WHOLE, gpus=1)  # another shape: the memo does not apply
 COLD_CALLS = 5  # decisions on a fresh engine, whose per-node caches are empty
 SPEED_POLICIES = ("gpupack", "best-fit")
 
@@ -80,8 +81,10 @@ def _mean_ms(call: Callable[[], object], calls: int) -> float:
 def kernel_times(node_counts: Sequence[int], numba_calls: int, reference_calls: int) -> list[dict[str, object]]:
     """Mean ms per decision of the numba engine and the reference, per node count and policy.
 
-    numba: warm, the engine's per-node caches hold every node, as in the extender, where a decision
-    changes one node; cold: a fresh engine, which reads every node in full.
+    numba: warm, the engine's per-node memo holds every node's verdict and score, as in the extender,
+    where kube-scheduler sends the same candidates and a decision changes one node; shape changed:
+    every call asks for another shape than the one before, so every node is scored again (from its
+    cached sums); cold: a fresh engine, which reads every node in full.
     The reference gets `reference_calls` calls at 1,000 nodes and proportionally fewer (at least one)
     on larger clusters.
     """
@@ -94,6 +97,8 @@ def kernel_times(node_counts: Sequence[int], numba_calls: int, reference_calls: 
             first = engine.decide(POD_REQUEST)  # compiles or loads the kernel; fills the caches
             cold_ms = _mean_ms(lambda s=spec, i=inventory: Engine(i, s).decide(POD_REQUEST), COLD_CALLS)
             numba_ms = _mean_ms(lambda e=engine: e.decide(POD_REQUEST), numba_calls)
+            shapes = iter([OTHER_REQUEST, POD_REQUEST] * numba_calls)
+            changed_ms = _mean_ms(lambda e=engine, s=shapes: e.decide(next(s)), numba_calls)
             ref_n = max(1, min(reference_calls, round(reference_calls * 1000 / count)))
             ref_ms = _mean_ms(lambda s=spec, i=inventory: reference_decide(i, s, POD_REQUEST), ref_n)
             same = reference_decide(inventory, spec, POD_REQUEST).node == first.node
@@ -102,6 +107,7 @@ def kernel_times(node_counts: Sequence[int], numba_calls: int, reference_calls: 
                     "nodes": count,
                     "policy": name,
                     "numba_ms": round(numba_ms, 3),
+                    "numba_shape_changed_ms": round(changed_ms, 3),
                     "numba_cold_ms": round(cold_ms, 3),
                     "numba_calls": numba_calls,
                     "reference_ms": round(ref_ms, 1),
@@ -202,10 +208,12 @@ def stop_process(child: subprocess.Popen, grace: float = 15) -> None:
         child.wait(5)
 
 
-def gpupack_server(cluster_file: Path) -> tuple[list[str], int, str]:
-    """(command, port, ready path) of `gpupack serve --cluster-file`, exactly as a user runs it."""
+def gpupack_server(cluster_file: Path, config: Path | None = None) -> tuple[list[str], int, str]:
+    """(command, port, ready path) of `gpupack serve --cluster-file [--config]`, exactly as a user runs it."""
     port = free_port()
     command = [sys.executable, "-m", "extender.cli", "serve", "--cluster-file", str(cluster_file)]
+    if config is not None:
+        command += ["--config", str(config)]
     return [*command, "--port", str(port)], port, "/readyz"
 
 
@@ -283,16 +291,18 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 HTTP_ROUNDS = 3  # per server and form, alternating between the servers
+FULL_MAP = "gpupack, reportNotChosen"  # FailedNodes also names every feasible candidate not chosen
 
 
 def http_latency(node_counts: Sequence[int], requests: int, warmup: int = 20) -> list[dict[str, object]]:
     """p50/p99 ms of `/filter` for gpupack and a bare handler, NodeNames and Nodes mode, per node count.
 
     Each server is a process of its own: `gpupack serve --cluster-file` as users run it (its logs, its
-    GC settings), and the bare app under the same uvicorn config. The client is a third process. Both
-    servers run at once and are measured in HTTP_ROUNDS alternating rounds (`warmup` unmeasured
-    requests each), so a slow spell of this shared machine falls on both; the percentiles are over
-    all `requests` of a server.
+    GC settings, its default config), and the bare app under the same uvicorn config; in NodeNames
+    mode also gpupack with `reportNotChosen: true`. The client is another process. The servers run
+    at once and are measured in HTTP_ROUNDS alternating rounds (`warmup` unmeasured requests each),
+    so a slow spell of this shared machine falls on all; the percentiles are over all `requests` of
+    a server. Each row has its ratio to the bare handler's p50 and p99.
     """
     from bench.scenarios import node_objects
 
@@ -301,6 +311,8 @@ def http_latency(node_counts: Sequence[int], requests: int, warmup: int = 20) ->
     per_round = -(-requests // HTTP_ROUNDS)
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as client, tempfile.TemporaryDirectory() as folder:
+        full_map = Path(folder) / "report-not-chosen.yaml"
+        full_map.write_text("reportNotChosen: true\n")
         for count in node_counts:
             objects = node_objects(h100_nodes(count))
             cluster_file = Path(folder) / f"cluster-{count}.json"
@@ -313,15 +325,24 @@ def http_latency(node_counts: Sequence[int], requests: int, warmup: int = 20) ->
                     b',"NodeNames":null,"Nodes":{"metadata":{},"items":', tuple(map(orjson.dumps, objects)), b"}}"
                 ),
             }
-            with server_process(*gpupack_server(cluster_file)) as gpupack, server_process(*bare_server()) as bare:
+            with (
+                server_process(*gpupack_server(cluster_file)) as gpupack,
+                server_process(*gpupack_server(cluster_file, full_map)) as gpupack_full,
+                server_process(*bare_server()) as bare,
+            ):
                 for form, candidates in forms.items():
-                    times: dict[str, list[float]] = {"gpupack": [], "bare FastAPI": []}
+                    servers = {"gpupack": gpupack, "bare FastAPI": bare}
+                    if form == "NodeNames":
+                        servers[FULL_MAP] = gpupack_full
+                    times: dict[str, list[float]] = {server: [] for server in servers}
                     for _ in range(HTTP_ROUNDS):
-                        for server, url in (("gpupack", gpupack), ("bare FastAPI", bare)):
+                        for server, url in servers.items():
                             measured = client.submit(client_latencies, url, candidates, offset, per_round, warmup)
                             times[server] += measured.result()
                             offset += per_round + warmup
+                    bare_p50, bare_p99 = statistics.median(times["bare FastAPI"]), percentile(times["bare FastAPI"], 99)
                     for server, values in times.items():
+                        p50, p99 = statistics.median(values), percentile(values, 99)
                         rows.append(
                             {
                                 "nodes": count,
@@ -329,8 +350,10 @@ def http_latency(node_counts: Sequence[int], requests: int, warmup: int = 20) ->
                                 "mode": form,
                                 "requests": len(values),
                                 "body_kib": round(len(filter_body(0, candidates.tail())) / 1024, 1),
-                                "p50_ms": round(statistics.median(values), 2),
-                                "p99_ms": round(percentile(values, 99), 2),
+                                "p50_ms": round(p50, 2),
+                                "p99_ms": round(p99, 2),
+                                "p50_vs_bare": round(p50 / bare_p50, 2),
+                                "p99_vs_bare": round(p99 / bare_p99, 2),
                             }
                         )
     return rows
