@@ -129,7 +129,7 @@ def render(
         "candidates pod after pod and a decision changes one node; `shape changed`: each call asks for another "
         "shape than the one before, so every node is scored again from its cached sums; `numba cold ms` is the "
         "first decision of a fresh engine, which reads every node in full. `reference / numba` compares with "
-        "the warm time.\n\n"
+        "`shape changed`, where both score every node.\n\n"
         + _tables(speed, "speed_kernel")
         + "\n\nHTTP: `POST /filter` over loopback to `gpupack serve --cluster-file` running as a process of "
         "its own, exactly as users run it (default config, decision log lines included, sent to /dev/null), from "

@@ -404,7 +404,7 @@ def speed_section(kernel: Sequence[Mapping[str, object]], http: Sequence[Mapping
     k_table = Table(
         [
             "nodes", "policy", "numba ms", "numba ms, shape changed", "numba cold ms", "reference ms",
-            "reference / numba", "reference calls", "same node chosen",
+            "reference / numba (shape changed)", "reference calls", "same node chosen",
         ]
     )  # fmt: skip
     for r in kernel:
