@@ -167,6 +167,8 @@ class Engine:
         self._memo_epoch = np.zeros(1, dtype=np.int64)  # the current epoch, and the maxima it was for
         self._memo_maxima = np.full(2, np.nan)
         self._memo_key: tuple | None = None
+        self._last_arrays: tuple[PodRequest, int, RequestArrays] | None = None
+        self._defaults = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))  # rank, noise
 
     def mix_arrays(self) -> tuple:
         """The policy mix as kernel arrays, rebuilt only when the mix or the model list changed."""
@@ -191,6 +193,14 @@ class Engine:
         if len(stamp) < n or sums.shape[1] != types:
             self._sums_cache = _empty_sums(max(n, 2 * len(stamp)), types)
         return (*(array[:n] for array in self._sums_cache), self._weights_version)
+
+    def request_arrays(self, request: PodRequest) -> RequestArrays:
+        """`request` laid out for the kernels; the last one is kept (pods often come in runs of one shape)."""
+        models = len(self.inventory.models)  # models are only ever appended: the count says what changed
+        held = self._last_arrays
+        if held is None or held[0] != request or held[1] != models:
+            held = self._last_arrays = (request, models, RequestArrays(request, self.inventory))
+        return held[2]
 
     def memo(self, arrays: RequestArrays) -> tuple:
         """`schedule`'s per-node memo; a new epoch when the request, the policy or the mix weights
@@ -258,11 +268,14 @@ class Engine:
         `rank` orders tied nodes (lowest first; default: inventory row order); `noise` in [0, 1)
         per node drives the random policy's GPU choice.
         """
-        arrays = RequestArrays(request, self.inventory)
+        arrays = self.request_arrays(request)
         n = self.inventory.size
         mask = self.candidate_mask(candidates)
-        rank = np.arange(n, dtype=np.int64) if rank is None else rank
-        noise = np.zeros(n, dtype=np.float64) if noise is None else noise
+        if rank is None or noise is None:
+            if len(self._defaults[0]) != n:
+                self._defaults = (np.arange(n, dtype=np.int64), np.zeros(n, dtype=np.float64))
+            rank = self._defaults[0] if rank is None else rank
+            noise = self._defaults[1] if noise is None else noise
         scores = np.empty(n, dtype=np.float64)
         verdicts = np.empty(n, dtype=np.int8)
         best_gpu = np.zeros(arrays.width, dtype=np.int32)

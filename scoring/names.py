@@ -48,8 +48,8 @@ def json_string_spans(buf: np.ndarray, begin: int, closing: int, spans: np.ndarr
     `spans[i]` gets the start and end of element i's content (between its quotes), `hashes[i]` its
     `_hash`, computed on the way: strings are read eight bytes at a time. After the array only whitespace may
     follow, or, when `closing` is 1, whitespace, one `}` and whitespace (the array is the last member
-    of an object). Strings must be ASCII without `\\` or bytes below 0x20. `spans` and `hashes` need
-    `(len(buf) - begin) // 3 + 1` rows for every array to fit (more elements: NOT_STRICT).
+    of an object). Strings must be ASCII without `\\` or bytes below 0x20. `spans` and `hashes` need a
+    row per element (one more than the commas after `begin` always does); more elements: NOT_STRICT.
     """
     n = buf.shape[0]
     i = _skip_space(buf, begin)
@@ -303,7 +303,7 @@ class NameArray:
     @classmethod
     def read(cls, data: bytes, begin: int = 0, closing: bool = False) -> NameArray | None:
         """The array at `data[begin:]` (followed by one `}` if `closing`), None if not in the strict form."""
-        room = (len(data) - begin) // 3 + 1
+        room = data.count(b",", begin) + 1  # at least one comma between two elements
         spans = np.empty((room, 2), dtype=np.int64)
         hashes = np.empty(room, dtype=np.uint64)
         count = json_string_spans(np.frombuffer(data, dtype=np.uint8), begin, 1 if closing else 0, spans, hashes)
