@@ -48,8 +48,8 @@ def json_string_spans(buf: np.ndarray, begin: int, closing: int, spans: np.ndarr
     `spans[i]` gets the start and end of element i's content (between its quotes), `hashes[i]` its
     `_hash`, computed on the way: strings are read eight bytes at a time. After the array only whitespace may
     follow, or, when `closing` is 1, whitespace, one `}` and whitespace (the array is the last member
-    of an object). Strings must be ASCII without `\\` or bytes below 0x20. `spans` and `hashes` need a
-    row per element (one more than the commas after `begin` always does); more elements: NOT_STRICT.
+    of an object). Strings must be ASCII without `\\` or bytes below 0x20. `spans` and `hashes` need
+    `(len(buf) - begin) // 3 + 1` rows for every array to fit (more elements: NOT_STRICT).
     """
     n = buf.shape[0]
     i = _skip_space(buf, begin)
@@ -107,17 +107,18 @@ def json_string_spans(buf: np.ndarray, begin: int, closing: int, spans: np.ndarr
 
 @njit(cache=True, inline="always")
 def _word(buf: np.ndarray, i: int, end: int) -> np.uint64:
-    """Bytes i .. min(i + 8, end) - 1 of `buf`, little-endian, zero-padded."""
-    if end - i >= 8:  # unrolled: the compiler makes it one load
+    """Bytes i .. min(i + 8, end) - 1 of `buf`, little-endian, zero-padded (0 <= i <= end <= len(buf))."""
+    at = np.uintp(i)  # unsigned: no negative-index wraparound, so the compiler makes eight bytes one load
+    if end - i >= 8:
         return (
-            np.uint64(buf[i]) | np.uint64(buf[i + 1]) << np.uint64(8) | np.uint64(buf[i + 2]) << np.uint64(16)
-            | np.uint64(buf[i + 3]) << np.uint64(24) | np.uint64(buf[i + 4]) << np.uint64(32)
-            | np.uint64(buf[i + 5]) << np.uint64(40) | np.uint64(buf[i + 6]) << np.uint64(48)
-            | np.uint64(buf[i + 7]) << np.uint64(56)
+            np.uint64(buf[at]) | np.uint64(buf[at + np.uintp(1)]) << np.uint64(8)
+            | np.uint64(buf[at + np.uintp(2)]) << np.uint64(16) | np.uint64(buf[at + np.uintp(3)]) << np.uint64(24)
+            | np.uint64(buf[at + np.uintp(4)]) << np.uint64(32) | np.uint64(buf[at + np.uintp(5)]) << np.uint64(40)
+            | np.uint64(buf[at + np.uintp(6)]) << np.uint64(48) | np.uint64(buf[at + np.uintp(7)]) << np.uint64(56)
         )  # fmt: skip
     word = np.uint64(0)
     for j in range(end - i):
-        word |= np.uint64(buf[i + j]) << np.uint64(8 * j)
+        word |= np.uint64(buf[at + np.uintp(j)]) << np.uint64(8 * j)
     return word
 
 
@@ -178,15 +179,15 @@ def rows_of_spans(
         found = -1
         while slots[slot] != 0:
             if slots[slot] & TAG_MASK == tag:
-                row = np.int64(slots[slot] & ROW_MASK) - 1
+                row = (slots[slot] & ROW_MASK) - np.uint64(1)  # unsigned: indexes without wraparound checks
                 if np.int64(words[row, 0]) == length:
                     same = True
                     for k in range((length + 7) // 8):
-                        if words[row, 1 + k] != _word(buf, start + 8 * k, end):
+                        if words[row, np.uintp(1 + k)] != _word(buf, start + 8 * k, end):
                             same = False
                             break
                     if same:
-                        found = row
+                        found = np.int64(row)
                         break
             slot = (slot + np.uint64(1)) & table
         rows[e] = found
@@ -303,7 +304,7 @@ class NameArray:
     @classmethod
     def read(cls, data: bytes, begin: int = 0, closing: bool = False) -> NameArray | None:
         """The array at `data[begin:]` (followed by one `}` if `closing`), None if not in the strict form."""
-        room = data.count(b",", begin) + 1  # at least one comma between two elements
+        room = (len(data) - begin) // 3 + 1  # an element takes at least three bytes: `"",`
         spans = np.empty((room, 2), dtype=np.int64)
         hashes = np.empty(room, dtype=np.uint64)
         count = json_string_spans(np.frombuffer(data, dtype=np.uint8), begin, 1 if closing else 0, spans, hashes)
