@@ -40,8 +40,8 @@ class Decision:
     """The chosen node and placement (None when nothing fits), with every node's verdict and score."""
 
     placement: Placement | None
-    rows: np.ndarray  # inventory rows the verdicts and scores refer to
-    verdicts: np.ndarray
+    rows: np.ndarray  # inventory rows the verdicts and scores refer to (the candidates)
+    verdicts: np.ndarray  # per inventory row: NOT_CANDIDATE for every row outside `rows`
     scores: np.ndarray
     names: list[str | None]
 
@@ -57,11 +57,13 @@ class Decision:
     def verdict_rows(self, feasible: bool, besides: int = -1) -> tuple[np.ndarray, np.ndarray]:
         """(rows, verdicts) of the candidates other than row `besides`: the infeasible ones, and the
         feasible ones too (verdict OK) when `feasible`."""
-        verdicts = self.verdicts[self.rows]
-        keep = (self.rows != besides) & (verdicts != k.NOT_CANDIDATE)
+        keep = self.verdicts != k.NOT_CANDIDATE  # every row outside `rows` is NOT_CANDIDATE
         if not feasible:
-            keep &= verdicts != k.OK
-        return self.rows[keep], verdicts[keep]
+            keep &= self.verdicts != k.OK
+        if besides >= 0:
+            keep[besides] = False
+        rows = np.flatnonzero(keep)
+        return rows, self.verdicts[rows]
 
     def feasible_scores(self) -> dict[str, float]:
         """Score of every feasible candidate, by node name."""
