@@ -26,6 +26,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -62,21 +63,18 @@ class TooSlow(Exception):
     """The verb did not answer within the time limit."""
 
 
+@dataclass
 class VerbEndpoint:
     """The ASGI endpoint of one verb: reads the body, handles it (see the module docstring), answers JSON."""
 
-    def __init__(
-        self, verb: str, handle: Callable[[bytes], bytes], fallback: Callable[[str], bytes],
-        state: ClusterState, settings: Settings, metrics: Metrics, inline: bool = False,
-    ) -> None:  # fmt: skip
-        self.verb = verb
-        self.handle = handle
-        self.fallback = fallback
-        self.state = state
-        self.settings = settings
-        self.metrics = metrics
-        self.inline = inline
-        self.failures_logged: set[str] = set()
+    verb: str
+    handle: Callable[[bytes], bytes]  # body -> answer
+    fallback: Callable[[str], bytes]  # reason -> the verb's own error answer
+    state: ClusterState
+    settings: Settings
+    metrics: Metrics
+    inline: bool = False  # may run on the event loop (see INLINE_BODY_BYTES)
+    failures_logged: set[str] = field(default_factory=set)  # exception types already logged with a traceback
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
