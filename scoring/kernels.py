@@ -190,8 +190,12 @@ def node_summary(
 
 
 @helper
-def load_local(base, count, milli_a, whole_a, slices_a, compute_a, me_a, sused_a, loc):
-    """Copy one node's GPU state into the scratch `loc`, which the MIG and multi-GPU paths change."""
+def load_local(base, count, milli_a, whole_a, slices_a, compute_a, me_a, sused_a, loc, cache_S, cache_H, n, S, H):
+    """Copy node n's GPU state into the scratch `loc` and its sums into S[0] and H[0]: the MIG and
+    multi-GPU paths change the copies while they try placements."""
+    for t in range(S.shape[1]):
+        S[0, t] = cache_S[n, t]
+        H[0, t] = cache_H[n, t]
     for j in range(count):
         i = base + j
         loc[L_MILLI, j] = milli_a[i]
@@ -546,7 +550,6 @@ def schedule(
     use_memo = policy != P_RANDOM
     order_weight = params[W_ORDER] if policy == P_GPUPACK and params[W_ORDER] > 0.0 else 0.0
     n_nodes = active.shape[0]
-    n_types = mix_w.shape[0]
     S, H, loc, cur_gpu, cur_start, cur_shape, tmp_set, free_idx, pair_scratch, gpu_S, gpu_H = scratch
     kind = req[0]
     cpu = req[1]
@@ -621,7 +624,7 @@ def schedule(
         base = n * MAX_GPUS
         ct = model_compute[model]
         # the node's sums live in cache_S[n] and cache_H[n]; paths that try several changes copy them
-        # into S[0] and H[0] first
+        # into S[0] and H[0] first (load_local)
         fresh = cache_stamp[n] != version_a[n]
         if fresh:
             free_before, free_mask, plain_mask = node_summary(
@@ -773,10 +776,7 @@ def schedule(
                 if policy == P_FGD:
                     gpu_score = sigmoid_score(frag_before, frag_after)
             elif uses_frag:
-                load_local(base, count, milli_a, whole_a, slices_a, compute_a, me_a, sused_a, loc)
-                for t in range(n_types):
-                    S[0, t] = cache_S[n, t]
-                    H[0, t] = cache_H[n, t]
+                load_local(base, count, milli_a, whole_a, slices_a, compute_a, me_a, sused_a, loc, cache_S, cache_H, n, S, H)
                 f_change = 0
                 for m in range(k_gpus):
                     j = cur_gpu[m]
@@ -793,10 +793,7 @@ def schedule(
                 out_verdict[n] = NO_MIG
                 out_score[n] = -np.inf
                 continue
-            load_local(base, count, milli_a, whole_a, slices_a, compute_a, me_a, sused_a, loc)
-            for t in range(n_types):
-                S[0, t] = cache_S[n, t]
-                H[0, t] = cache_H[n, t]
+            load_local(base, count, milli_a, whole_a, slices_a, compute_a, me_a, sused_a, loc, cache_S, cache_H, n, S, H)
             running_free = free_before
             for q in range(n_inst):
                 s = req_shapes[q, model]
@@ -913,21 +910,16 @@ def schedule(
                 best_gpu[q] = cur_gpu[q]
                 best_start[q] = cur_start[q]
                 best_shape[q] = cur_shape[q]
-    finish_choice(best, req, policy, params, gpus, count_a, best_gpu, free_idx, pair_scratch)
+    if best >= 0:  # scored in this call, so its cached free mask is current
+        finish_choice(best, req, policy, params, numa_a, link_a, count_a[best], cache_free_mask[best], best_gpu,
+                      free_idx, pair_scratch)
     return best, best_slots
 
 
 @helper
-def finish_choice(best, req, policy, params, gpus, count_a, best_gpu, free_idx, pair_scratch):
+def finish_choice(best, req, policy, params, numa_a, link_a, count, free_mask, best_gpu, free_idx, pair_scratch):
     """Complete the winner's placement: a single whole GPU goes where taking it cuts the fewest links
-    among the node's free GPUs (every free GPU scored the same, so only the winner is refined)."""
-    if best < 0 or req[0] != KIND_WHOLE or req[3] != 1 or not (policy == P_GPUPACK or params[TOPO_SETS] > 0.0):
+    among the node's free GPUs `free_mask` (every free GPU scored the same, so only the winner is refined)."""
+    if req[0] != KIND_WHOLE or req[3] != 1 or not (policy == P_GPUPACK or params[TOPO_SETS] > 0.0):
         return
-    milli_a, whole_a, slices_a, compute_a, me_a, static_a, sused_a, numa_a, link_a = gpus
-    base = best * MAX_GPUS
-    free_mask = 0
-    for j in range(count_a[best]):
-        i = base + j
-        if static_a[i] == 0 and not whole_a[i] and slices_a[i] == 0 and compute_a[i] == 0 and milli_a[i] == 1000:
-            free_mask |= 1 << j
-    best_gpu_set(link_a, numa_a, base, count_a[best], free_mask, 1, best_gpu, free_idx, pair_scratch)
+    best_gpu_set(link_a, numa_a, best * MAX_GPUS, count, free_mask, 1, best_gpu, free_idx, pair_scratch)

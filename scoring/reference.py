@@ -608,8 +608,9 @@ def reference_decide(
         score = outcome.score
         terms = dict(outcome.parts)
         if policy.kernel_id == k.P_GPUPACK and policy.params[k.W_ORDER] > 0.0:
-            terms["order"] = -float(policy.params[k.W_ORDER] * rank[row] / n)
-            score -= policy.params[k.W_ORDER] * rank[row] / n  # consolidation along the fixed order
+            order = policy.params[k.W_ORDER] * rank[row] / n  # consolidation along the fixed order
+            terms["order"] = -float(order)
+            score -= order
         if parts is not None and terms:
             parts[str(inventory.names[row])] = {name: float(value) for name, value in terms.items()}
         scores[row] = score
