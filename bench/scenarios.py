@@ -29,6 +29,7 @@ from extender.keys import (
     RESOURCE_MIG_PREFIX,
 )
 from scoring.facts import MigMode, NodeFacts
+from scoring.geometry import resource_profile
 
 GIB = 1 << 30
 TIB = 1 << 40
@@ -274,7 +275,7 @@ def node_object(facts: NodeFacts) -> dict[str, Any]:
             )
             counts = Counter(p for instances in facts.mig_layout.values() for p, _ in instances)
             for profile, n in sorted(counts.items()):
-                allocatable[RESOURCE_MIG_PREFIX + profile] = str(n)
+                allocatable[RESOURCE_MIG_PREFIX + resource_profile(profile)] = str(n)
             whole -= len(facts.mig_layout)
         allocatable[RESOURCE_GPU] = str(whole)
     if facts.nvlink is not None or facts.numa is not None:

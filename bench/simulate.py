@@ -19,7 +19,7 @@ from bench.workload import Trace, TracePod, gpu_count, gpu_milli_capacity
 from scoring import policies
 from scoring.engine import Decision, Engine
 from scoring.facts import MigMode, NodeFacts, Placement
-from scoring.geometry import SHAPE_COMPUTE, resolve_profile
+from scoring.geometry import SHAPE_COMPUTE, resolve_profile, resource_profile
 from scoring.inventory import Inventory
 from scoring.mix import typical_mix
 from scoring.policies import GpupackArgs, GpupackWeights, PolicySpec, TieBreak
@@ -190,7 +190,7 @@ def run_once(
 
 def _kind_label(request: PodRequest) -> str:
     if request.kind == Kind.MIG:
-        return "mig-" + "+".join(p for p, _ in request.mig)
+        return "mig-" + "+".join(resource_profile(p) for p, _ in request.mig)
     if request.kind == Kind.WHOLE:
         return f"gpu-{request.gpus}"
     return request.kind.name.lower()

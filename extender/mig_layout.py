@@ -1,7 +1,8 @@
 """Static MIG layouts: where a node's existing MIG instances sit, read or inferred (DESIGN.md §3).
 
 A layout maps a GPU index to its instances as `(profile, start)` pairs. It is either given by the
-`gpupack.io/mig-layout` annotation (`{"0": ["4g.40gb@0", "3g.40gb@4"]}`) and checked against the MIG
+`gpupack.io/mig-layout` annotation (`{"0": ["4g.40gb@0", "3g.40gb@4"]}`; media-extension profiles as
+nvidia-smi writes them, `1g.10gb+me`, or as resource names do, `1g.10gb.me`) and checked against the MIG
 geometry, or synthesized from the instance counts allocatable advertises: largest profile first, each
 instance on the lowest-indexed GPU that can hold it, at its first free start.
 """
@@ -13,7 +14,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from scoring.geometry import SHAPES, MigFamily, resolve_profile, slice_bits
+from scoring.geometry import SHAPES, MigFamily, canonical_profile, resolve_profile, slice_bits
 from scoring.request import MAX_GPUS_PER_NODE
 
 Layout = dict[int, tuple[tuple[str, int], ...]]
@@ -97,7 +98,7 @@ def parse_layout(data: object, family: MigFamily, gpu_count: int | None) -> Layo
             match = _INSTANCE.fullmatch(entry)
             if match is None:
                 raise MigLayoutError(f'GPU {index}: {entry!r} is not "profile@start"')
-            profile, start = match["profile"], int(match["start"])
+            profile, start = canonical_profile(match["profile"]), int(match["start"])
             reason = plan.conflict(profile, start)
             if reason:
                 raise MigLayoutError(f"GPU {index}: {reason}")

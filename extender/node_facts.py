@@ -44,6 +44,7 @@ from extender.keys import (
 from extender.mig_layout import Layout, instance_counts, parse_layout, synthesize_layout
 from extender.quantity import parse_bytes, parse_count, parse_cpu_milli
 from scoring.facts import MigMode, NodeFacts
+from scoring.geometry import canonical_profile
 from scoring.gpu_models import lookup_model
 from scoring.request import MAX_GPUS_PER_NODE
 
@@ -190,12 +191,7 @@ def _gpus(
         raise NodeFactsError(node, key, f"GPU product {product!r} has no MIG geometry gpupack knows")
     if dynamic:
         return _checked_count(node, whole if labelled is None else labelled), MigMode.DYNAMIC, {}
-    instances = {
-        key[len(RESOURCE_MIG_PREFIX) :]: _resource(node, resources, key, parse_count, 0)
-        for key in resources
-        if key.startswith(RESOURCE_MIG_PREFIX)
-    }
-    instances = {profile: count for profile, count in instances.items() if count > 0}
+    instances = _mig_instances(node, resources)
     if family is None or not (instances or layout_text is not None):
         return _checked_count(node, whole), MigMode.NONE, {}
     if layout_text is None:
@@ -211,6 +207,20 @@ def _gpus(
     if layout and max(layout) >= count:
         raise NodeFactsError(node, ANNOTATION_MIG_LAYOUT, f"names GPU {max(layout)} of {count}")
     return count, MigMode.STATIC, layout
+
+
+def _mig_instances(node: str, resources: Mapping[str, object]) -> dict[str, int]:
+    """Allocatable `nvidia.com/mig-<profile>` counts by profile (nvidia-smi's spelling), zeros dropped."""
+    instances: dict[str, int] = {}
+    for key in resources:
+        if not key.startswith(RESOURCE_MIG_PREFIX):
+            continue
+        if "+" in key:
+            raise NodeFactsError(node, key, "a Kubernetes resource name cannot hold '+' (the device plugin writes .me)")
+        count = _resource(node, resources, key, parse_count, 0)
+        if count > 0:
+            instances[canonical_profile(key[len(RESOURCE_MIG_PREFIX) :])] = count
+    return instances
 
 
 def _dynamic_mig(node: str, annotations: Mapping[str, str]) -> bool:

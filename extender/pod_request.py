@@ -35,7 +35,14 @@ from extender.keys import (
 )
 from extender.quantity import QuantityError, parse_bytes, parse_count, parse_cpu_milli
 from scoring.facts import GpuSlot, Placement
-from scoring.geometry import FAMILIES, resolve_profile
+from scoring.geometry import (
+    FAMILIES,
+    ME_RESOURCE_SUFFIX,
+    ME_SUFFIX,
+    canonical_profile,
+    resolve_profile,
+    resource_profile,
+)
 from scoring.request import MAX_GPUS_PER_NODE, Kind, PodRequest, RequestError
 
 Amounts = dict[str, int]  # resource name -> amount (cpu in millicores, memory in bytes, else a count)
@@ -66,7 +73,7 @@ def request_from_pod(pod: Mapping[str, Any]) -> PodRequest:
     milli = totals.get(RESOURCE_GPU_MILLI, 0)
     mig = tuple(
         sorted(
-            (name[len(RESOURCE_MIG_PREFIX) :], count)
+            (canonical_profile(name[len(RESOURCE_MIG_PREFIX) :]), count)
             for name, count in totals.items()
             if name.startswith(RESOURCE_MIG_PREFIX) and count > 0
         )
@@ -143,6 +150,9 @@ def _parser(where: str, name: str) -> Callable[[Any], int] | None:
         return parse_count
     if name.startswith(RESOURCE_MIG_PREFIX):
         profile = name[len(RESOURCE_MIG_PREFIX) :]
+        if "+" in profile:
+            spelled = RESOURCE_MIG_PREFIX + profile.replace(ME_SUFFIX, ME_RESOURCE_SUFFIX)
+            raise RequestError(f"{where} {name}: a Kubernetes resource name cannot hold '+'; ask for {spelled}")
         if not _known_profile(profile):
             raise RequestError(f"{where} {name}: MIG profile {profile!r} exists on no GPU gpupack knows")
         return parse_count
@@ -274,7 +284,8 @@ def _slot(position: int, entry: object) -> GpuSlot:
     if "mig" in entry:
         if not isinstance(entry["mig"], str) or not entry["mig"]:
             raise ValueError(f"{where}.mig must be a profile name")
-        return GpuSlot(index, mig=entry["mig"], start=_int_in(entry["start"], 0, 7, f"{where}.start"))
+        start = _int_in(entry["start"], 0, 7, f"{where}.start")
+        return GpuSlot(index, mig=canonical_profile(entry["mig"]), start=start)
     return GpuSlot(index)
 
 
@@ -309,5 +320,5 @@ def _asked(request: PodRequest) -> str:
     if request.kind == Kind.SHARE:
         return f"{RESOURCE_GPU_MILLI}: {request.milli}"
     if request.kind == Kind.MIG:
-        return ", ".join(f"{RESOURCE_MIG_PREFIX}{profile}: {count}" for profile, count in request.mig)
+        return ", ".join(f"{RESOURCE_MIG_PREFIX}{resource_profile(profile)}: {count}" for profile, count in request.mig)
     return "no GPUs"

@@ -94,12 +94,30 @@ FAMILIES: dict[str, MigFamily] = {
 }
 
 
+ME_SUFFIX = "+me"  # nvidia-smi's spelling of a media-extensions profile: annotations and internal names
+ME_RESOURCE_SUFFIX = ".me"  # the Kubernetes resource name's spelling (`+` is not allowed there)
+
+
+def canonical_profile(profile: str) -> str:
+    """The profile in nvidia-smi's spelling: `1g.10gb.me` and `1g.10gb+me` both give `1g.10gb+me`."""
+    if profile.endswith(ME_RESOURCE_SUFFIX):
+        return profile.removesuffix(ME_RESOURCE_SUFFIX) + ME_SUFFIX
+    return profile
+
+
+def resource_profile(profile: str) -> str:
+    """The profile as `nvidia.com/mig-<profile>` spells it: `1g.10gb+me` gives `1g.10gb.me`."""
+    if profile.endswith(ME_SUFFIX):
+        return profile.removesuffix(ME_SUFFIX) + ME_RESOURCE_SUFFIX
+    return profile
+
+
 def resolve_profile(family: MigFamily, profile: str) -> tuple[int, bool]:
-    """Shape id of `profile` on `family` and whether it is a `+me` (media extensions) variant.
+    """Shape id of `profile` on `family` and whether it is a media-extensions (`+me`/`.me`) variant.
 
     Raises KeyError when the family has no such profile.
     """
-    base, plus, suffix = profile.partition("+")
+    base, plus, suffix = canonical_profile(profile).partition("+")
     if plus and suffix != "me":
         raise KeyError(profile)
     return family.profiles[base], bool(plus)

@@ -73,7 +73,9 @@ class Inventory:
         self.gpu_whole = np.zeros(g, dtype=np.bool_)  # taken whole by one pod
         self.gpu_slices = np.zeros(g, dtype=np.int32)  # dynamic MIG: occupied memory-slice mask
         self.gpu_compute = np.zeros(g, dtype=np.int32)  # dynamic MIG: compute slices in use
-        self.gpu_me = np.zeros(g, dtype=np.bool_)  # a +me instance exists (one per GPU)
+        # media-extension (+me) instances: dynamic MIG, 1 while the GPU holds one (at most one fits);
+        # static MIG, the placement-id mask of the layout's +me instances (only +me requests take them)
+        self.gpu_me = np.zeros(g, dtype=np.int32)
         # dynamic MIG: memory slices where an instance starts, so a release names one whole instance
         self.gpu_starts = np.zeros(g, dtype=np.int32)
         self.gpu_static = np.zeros(g, dtype=np.int32)  # static MIG: placement-id mask of instances
@@ -173,20 +175,22 @@ class Inventory:
         self.node_price[row] = facts.hourly_cost if facts.hourly_cost is not None else np.nan
         self.node_tags[row * (MAX_GPUS + 1) : (row + 1) * (MAX_GPUS + 1)] = 0
         base = row * MAX_GPUS
-        static, numa, links = gpu_state
+        static, static_me, numa, links = gpu_state
         span = slice(base, base + MAX_GPUS)
         self.gpu_milli_free[span] = 0
         self.gpu_milli_free[base : base + facts.gpu_count] = FULL_MILLI
         for arr in (
-            self.gpu_whole, self.gpu_slices, self.gpu_compute, self.gpu_me, self.gpu_starts, self.gpu_static_used
+            self.gpu_whole, self.gpu_slices, self.gpu_compute, self.gpu_starts, self.gpu_static_used
         ):
             arr[span] = 0
         self.gpu_static[span] = static
+        self.gpu_me[span] = static_me
         self.gpu_numa[span] = numa
         self.gpu_link[base * MAX_GPUS : (base + MAX_GPUS) * MAX_GPUS] = links
         return row
 
-    def _gpu_state_for(self, facts: NodeFacts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _gpu_state_for(self, facts: NodeFacts) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(static instances, their +me subset, NUMA nodes, NVLink matrix) per GPU; InventoryError if bad."""
         count = facts.gpu_count
         if not 0 <= count <= MAX_GPUS:
             raise InventoryError(f"node {facts.name}: {count} GPUs is out of range 0..{MAX_GPUS}")
@@ -194,6 +198,7 @@ class Inventory:
             if value < 0:
                 raise InventoryError(f"node {facts.name}: negative {what} capacity")
         static = np.zeros(MAX_GPUS, dtype=np.int32)
+        static_me = np.zeros(MAX_GPUS, dtype=np.int32)
         if facts.mig_mode == MigMode.STATIC and count:
             family = lookup_model(facts.gpu_product).mig_family
             if family is None:
@@ -205,7 +210,7 @@ class Inventory:
                 compute = 0
                 for profile, start in instances:
                     try:
-                        shape, _ = resolve_profile(family, profile)
+                        shape, is_me = resolve_profile(family, profile)
                     except KeyError:
                         raise InventoryError(
                             f"node {facts.name}: MIG profile {profile!r} does not exist on {family.name}"
@@ -217,6 +222,8 @@ class Inventory:
                     used |= bits
                     compute += int(SHAPE_COMPUTE[shape])
                     static[gpu] |= 1 << pid
+                    if is_me:
+                        static_me[gpu] |= 1 << pid
                 if compute > family.compute_total:
                     raise InventoryError(f"node {facts.name}: GPU {gpu} layout exceeds its compute slices")
         numa = np.zeros(MAX_GPUS, dtype=np.int32)
@@ -235,7 +242,7 @@ class Inventory:
                         raise InventoryError(f"node {facts.name}: NVLink count {value} out of range")
                     if i != j:
                         links[i * MAX_GPUS + j] = value
-        return static, numa, links
+        return static, static_me, numa, links
 
     def update_node(self, facts: NodeFacts) -> None:
         """Change a node's CPU, memory, pod slots, capacity type or price, keeping what is allocated.
@@ -367,7 +374,7 @@ class Inventory:
                     raise InventoryError(f"{where}: {slot.mig} cannot start at slice {slot.start}")
                 if mode == MigMode.STATIC:
                     bit = 1 << pid
-                    if not static[g] & bit:
+                    if not static[g] & bit or bool(me[g] & bit) != is_me:
                         raise InventoryError(f"{where}: GPU {g} has no {slot.mig}@{slot.start} instance")
                     if bool(static_used[g] & bit) == taking:
                         raise InventoryError(f"{where}: GPU {g} {slot.mig}@{slot.start} already {_state(taking)}")
@@ -391,7 +398,7 @@ class Inventory:
                     compute[g] -= c
                     starts[g] &= ~(1 << slot.start)
                     if is_me:
-                        me[g] = False
+                        me[g] = 0
             elif slot.milli:
                 if not 1 <= slot.milli <= 999:
                     raise InventoryError(f"{where}: share {slot.milli} out of range")

@@ -91,12 +91,18 @@ def gpu_free_units(mode, ct, milli, whole, slices, compute, static, sused):
 
 
 @njit(cache=True)
+def static_options(shape, me, static, sused, need_me):
+    """Static MIG: placement-id mask of the free instances of `shape` a request may take; `me` is
+    the mask of the layout's +me instances, which only a +me request takes (and it only those)."""
+    kind_mask = me if need_me else ~me
+    return static & ~sused & SHAPE_PLACEMENTS[shape] & kind_mask
+
+
+@njit(cache=True)
 def mig_fit(shape, mode, ct, milli, whole, slices, compute, me, static, sused, need_me):
     """How many instances of `shape` still fit on one GPU (0 when none)."""
     if mode == MODE_STATIC:
-        if static == 0:
-            return 0
-        return popcount(static & ~sused & SHAPE_PLACEMENTS[shape])
+        return popcount(static_options(shape, me, static, sused, need_me))
     if mode != MODE_DYNAMIC or whole or milli != 1000 or static != 0:
         return 0
     if need_me and me:
@@ -815,7 +821,7 @@ def schedule(
                         continue
                     if mode == MODE_STATIC:
                         used_units = popcount(loc[L_SUSED, j])
-                        starts = static & ~loc[L_SUSED, j] & SHAPE_PLACEMENTS[s]
+                        starts = static_options(s, loc[L_ME, j], static, loc[L_SUSED, j], need_me)
                     else:
                         used_units = loc[L_COMPUTE, j]
                         starts = FREE_STARTS[s, loc[L_SLICES, j]]
@@ -831,15 +837,17 @@ def schedule(
                                 new_slices = loc[L_SLICES, j]
                                 new_compute = loc[L_COMPUTE, j]
                                 new_sused = loc[L_SUSED, j] | (1 << pid)
+                                new_me = loc[L_ME, j]
                             else:
                                 new_slices = loc[L_SLICES, j] | (((1 << size) - 1) << st)
                                 new_compute = loc[L_COMPUTE, j] + c
                                 new_sused = loc[L_SUSED, j]
+                                new_me = loc[L_ME, j] | need_me
                             f_after = frag_after_change(
                                 model, mode, ct, static,
                                 loc[L_MILLI, j], loc[L_WHOLE, j], loc[L_SLICES, j], loc[L_COMPUTE, j], loc[L_ME, j],
                                 loc[L_SUSED, j],
-                                loc[L_MILLI, j], loc[L_WHOLE, j], new_slices, new_compute, loc[L_ME, j] | need_me,
+                                loc[L_MILLI, j], loc[L_WHOLE, j], new_slices, new_compute, new_me,
                                 new_sused,
                                 cpu_after, mem_after, running_free, mix_w, mix_i, mix_shape, mix_allowed, S, H, 0,
                             )

@@ -42,7 +42,7 @@ class Gpu:
     whole: bool  # taken whole by one pod
     slices: int  # dynamic MIG: occupied memory-slice mask
     compute: int  # dynamic MIG: compute slices in use
-    me: bool  # dynamic MIG: a +me instance exists
+    me: int  # dynamic MIG: 1 while a +me instance exists; static MIG: placement-id mask of the +me instances
     static: int  # static MIG: placement-id mask of the instances that exist
     sused: int  # static MIG: placement-id mask of the instances in use
 
@@ -113,7 +113,7 @@ def read_node(inventory: Inventory, row: int) -> Node:
             whole=bool(inv.gpu_whole[base + j]),
             slices=int(inv.gpu_slices[base + j]),
             compute=int(inv.gpu_compute[base + j]),
-            me=bool(inv.gpu_me[base + j]),
+            me=int(inv.gpu_me[base + j]),
             static=int(inv.gpu_static[base + j]),
             sused=int(inv.gpu_static_used[base + j]),
         )
@@ -165,12 +165,16 @@ def free_units(node: Node, gpu: Gpu) -> int:
     return gpu.milli * MILLI_UNIT
 
 
-def static_options(gpu: Gpu, shape: int) -> list[int]:
-    """Placement ids of the free existing static instances of `shape` on a GPU, in id order."""
+def static_options(gpu: Gpu, shape: int, need_me: bool) -> list[int]:
+    """Placement ids of the free existing static instances of `shape` on a GPU, in id order: the +me
+    instances for a +me request, the others otherwise."""
     return [
         pid
         for pid in range(len(PLACEMENT_SHAPE))
-        if int(PLACEMENT_SHAPE[pid]) == shape and gpu.static & (1 << pid) and not gpu.sused & (1 << pid)
+        if int(PLACEMENT_SHAPE[pid]) == shape
+        and gpu.static & (1 << pid)
+        and not gpu.sused & (1 << pid)
+        and bool(gpu.me & (1 << pid)) == need_me
     ]
 
 
@@ -196,7 +200,7 @@ def max_instances(shape: int, slices: int) -> int:
 def mig_fit(node: Node, gpu: Gpu, shape: int, need_me: bool) -> int:
     """How many more instances of `shape` fit on one GPU (0 when none)."""
     if node.mode == k.MODE_STATIC:
-        return len(static_options(gpu, shape)) if gpu.static != 0 else 0
+        return len(static_options(gpu, shape, need_me))
     if node.mode != k.MODE_DYNAMIC or gpu.whole or gpu.milli != FULL_MILLI or gpu.static != 0:
         return 0
     if need_me and gpu.me:
@@ -216,7 +220,7 @@ def with_instance(node: Node, gpu: Gpu, shape: int, start: int, pid: int, me: bo
         gpu,
         slices=gpu.slices | slice_bits(spec.size, start),
         compute=gpu.compute + spec.compute,
-        me=gpu.me or me,
+        me=gpu.me | me,
     )
 
 
@@ -421,7 +425,7 @@ def evaluate(node: Node, ctx: _Context, noise: float) -> Outcome:
                     continue
                 if node.mode == k.MODE_STATIC:
                     used = bin(gpu.sused).count("1")  # instances in use
-                    here = [(int(PLACEMENT_START[pid]), pid) for pid in static_options(gpu, shape)]
+                    here = [(int(PLACEMENT_START[pid]), pid) for pid in static_options(gpu, shape, need_me)]
                 else:
                     used = gpu.compute  # compute slices in use
                     here = [(start, -1) for start in dynamic_starts(gpu, shape)]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+from scoring.geometry import resource_profile
+
 MAX_GPUS_PER_NODE = 16
 MAX_MIG_INSTANCES = 64  # 8 GPUs x 7 instances, with headroom
 MAX_CPU_MILLI = 10**9  # a million cores
@@ -33,7 +35,7 @@ class PodRequest:
     kind: Kind = Kind.NONE
     gpus: int = 0  # WHOLE: number of entire GPUs
     milli: int = 0  # SHARE: thousandths of one GPU
-    mig: tuple[tuple[str, int], ...] = ()  # MIG: (profile, instances), profile names as NVIDIA's
+    mig: tuple[tuple[str, int], ...] = ()  # MIG: (profile, instances); nvidia-smi's names (1g.10gb+me)
     allowed_products: frozenset[str] | None = None  # None: any GPU product
     interruptible: bool = False
 
@@ -77,7 +79,7 @@ def validate(request: PodRequest) -> None:
     if request.kind == Kind.MIG:
         for profile, count in request.mig:
             if count < 1:
-                raise RequestError(f"nvidia.com/mig-{profile}: {count} must be at least 1")
+                raise RequestError(f"nvidia.com/mig-{resource_profile(profile)}: {count} must be at least 1")
         if request.mig_instances > MAX_MIG_INSTANCES:
             raise RequestError(f"{request.mig_instances} MIG instances exceed {MAX_MIG_INSTANCES}")
     if request.allowed_products is not None and not request.allowed_products:

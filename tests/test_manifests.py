@@ -115,8 +115,8 @@ def _cluster_pods() -> list[dict[str, Any]]:
 
 
 def expected_mig_profiles() -> set[str]:
-    """Every MIG profile name the code knows, plus the `+me` variants of DESIGN.md §3: the smallest
-    1g profile of each family and A30's 2g.12gb."""
+    """Every MIG profile name the code knows, plus the media-extension variants as resource names spell
+    them (DESIGN.md §3): the smallest 1g profile of each family and A30's 2g.12gb."""
     names: set[str] = set()
     for family in FAMILIES.values():
         names.update(family.profiles)
@@ -124,15 +124,15 @@ def expected_mig_profiles() -> set[str]:
             (p for p, sid in family.profiles.items() if SHAPES[sid].compute == 1),
             key=lambda p: SHAPES[family.profiles[p]].size,
         )
-        names.add(f"{smallest_1g}+me")
-    names.add("2g.12gb+me")
+        names.add(f"{smallest_1g}.me")
+    names.add("2g.12gb.me")
     return names
 
 
 def _me_profiles(family_name: str) -> set[str]:
     family = FAMILIES[family_name]
     return {
-        p for p in expected_mig_profiles() if p.endswith("+me") and p.removesuffix("+me") in family.profiles
+        p for p in expected_mig_profiles() if p.endswith(".me") and p.removesuffix(".me") in family.profiles
     }
 
 
@@ -272,8 +272,8 @@ def test_managed_resources_are_exactly_the_gpu_resources_gpupack_understands() -
 
 def test_expected_mig_profiles_match_design() -> None:
     """DESIGN.md §3 spelled out, so a change to scoring.geometry is noticed here too."""
-    assert {p for p in expected_mig_profiles() if p.endswith("+me")} == {
-        "1g.5gb+me", "1g.10gb+me", "1g.12gb+me", "1g.18gb+me", "1g.6gb+me", "2g.12gb+me",
+    assert {p for p in expected_mig_profiles() if p.endswith(".me")} == {
+        "1g.5gb.me", "1g.10gb.me", "1g.12gb.me", "1g.18gb.me", "1g.6gb.me", "2g.12gb.me",
     }  # fmt: skip
     assert {"1g.12gb", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"} <= expected_mig_profiles()
     assert len(expected_mig_profiles()) == 26 + 6

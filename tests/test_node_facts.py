@@ -230,6 +230,22 @@ def test_static_mig_unknown_allocatable_profile() -> None:
         facts_from_node(node(allocatable={"nvidia.com/mig-1g.5gb": "1"}))
 
 
+def test_static_mig_media_extension_instances_are_advertised_as_dot_me() -> None:
+    obj = node(allocatable={"nvidia.com/gpu": "7", "nvidia.com/mig-1g.10gb.me": "1", "nvidia.com/mig-1g.10gb": "6"})
+    facts = facts_from_node(obj)
+    assert facts.mig_layout == {0: (("1g.10gb+me", 0), *(("1g.10gb", start) for start in range(1, 7)))}
+    with pytest.raises(NodeFactsError, match=r"node n1: nvidia.com/mig-1g.10gb\+me: .* cannot hold '\+'"):
+        facts_from_node(node(allocatable={"nvidia.com/mig-1g.10gb+me": "1"}))
+
+
+def test_layout_accepts_both_media_extension_spellings() -> None:
+    allocatable = {"nvidia.com/mig-1g.10gb.me": "1", "nvidia.com/mig-1g.10gb": "1"}
+    for spelling in ("1g.10gb+me", "1g.10gb.me"):
+        facts = facts_from_node(layout_node({"0": [f"{spelling}@0", "1g.10gb@1"]}, allocatable))
+        assert facts.mig_layout == {0: (("1g.10gb+me", 0), ("1g.10gb", 1))}
+        Inventory().add_node(facts)
+
+
 def layout_node(layout: object, allocatable: dict[str, str] | None = None, **labels: str) -> dict[str, Any]:
     text = layout if isinstance(layout, str) else json.dumps(layout)
     return node(

@@ -14,7 +14,7 @@ import pytest
 from scoring import kernels as k
 from scoring.engine import Decision, Engine
 from scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
-from scoring.inventory import Inventory
+from scoring.inventory import Inventory, InventoryError
 from scoring.policies import GpupackArgs, PolicySpec, baseline, gpupack
 from scoring.reference import reference_decide
 from scoring.request import Kind, PodRequest
@@ -143,6 +143,29 @@ def test_static_mig_uses_existing_free_instances_only() -> None:
     # whole GPUs and shares never use a GPU that has a static layout
     assert cluster.decide(whole(1)).verdicts[0] == k.NO_GPU
     assert cluster.decide(share(100)).verdicts[0] == k.NO_GPU
+
+
+@pytest.mark.parametrize(
+    "policy", [gpupack(), baseline("best-fit"), baseline("first-fit")], ids=["gpupack", "best-fit", "first-fit"]
+)
+def test_static_plus_me_instances_go_to_plus_me_requests_only(policy: PolicySpec) -> None:
+    """A `.me` request takes the layout's +me instance and nothing else; a plain 1g never takes it."""
+    layout = {0: (("1g.10gb+me", 0), ("1g.10gb", 1)), 1: (("1g.10gb", 0), ("1g.10gb", 1))}
+    cluster = Cluster(node("a", H100, 2, MigMode.STATIC, mig_layout=layout), policy=policy)
+    assert cluster.decide(mig("1g.10gb+me", "1g.10gb+me")).verdicts[0] == k.NO_MIG  # one +me instance
+    assert slots(cluster.place(mig("1g.10gb+me"))) == [(0, "1g.10gb+me", 0)]
+    assert cluster.decide(mig("1g.10gb+me")).verdicts[0] == k.NO_MIG  # a plain instance is no +me
+    plain = {tuple(slots(cluster.place(mig("1g.10gb")))[0]) for _ in range(3)}
+    assert plain == {(0, "1g.10gb", 1), (1, "1g.10gb", 0), (1, "1g.10gb", 1)}
+    assert cluster.decide(mig("1g.10gb")).verdicts[0] == k.NO_MIG  # the +me one is not for it
+
+
+def test_static_plus_me_instance_is_not_committed_for_a_plain_slot() -> None:
+    layout = {0: (("1g.10gb+me", 0),)}
+    cluster = Cluster(node("a", H100, 1, MigMode.STATIC, mig_layout=layout))
+    with pytest.raises(InventoryError, match=r"has no 1g\.10gb@0 instance"):
+        cluster.inventory.commit(Placement("a", (GpuSlot(0, mig="1g.10gb", start=0),)))
+    cluster.inventory.commit(Placement("a", (GpuSlot(0, mig="1g.10gb+me", start=0),)))
 
 
 # ----------------------------------------------------------------------------- shares

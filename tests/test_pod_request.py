@@ -164,6 +164,16 @@ def test_share_and_mig_kinds() -> None:
     assert mig.mig == (("1g.10gb", 3), ("3g.40gb", 1))
 
 
+def test_media_extension_profiles_are_requested_as_dot_me() -> None:
+    """Resource names spell `+me` as `.me` (DESIGN.md §3); gpupack keeps nvidia-smi's name inside."""
+    mig = request_from_pod(pod(container(limits={"nvidia.com/mig-1g.10gb.me": "1", "nvidia.com/mig-3g.40gb": "1"})))
+    assert mig.mig == (("1g.10gb+me", 1), ("3g.40gb", 1))
+    with pytest.raises(RequestError, match=r"cannot hold '\+'; ask for nvidia.com/mig-1g.10gb.me"):
+        request_from_pod(pod(container(limits={"nvidia.com/mig-1g.10gb+me": "1"})))
+    with pytest.raises(RequestError, match="MIG profile '1g.10gb.mx' exists on no GPU"):
+        request_from_pod(pod(container(limits={"nvidia.com/mig-1g.10gb.mx": "1"})))
+
+
 def test_no_gpu_is_kind_none() -> None:
     request = request_from_pod(pod(container(limits={"cpu": "1"})))
     assert (request.kind, request.gpus, request.mig) == (Kind.NONE, 0, ())
@@ -319,6 +329,16 @@ def test_assignment_round_trip(limits: dict[str, str], slots: tuple[GpuSlot, ...
     the_pod = assigned(limits, placement.to_assignment(), node_name="gpu-node-7")
     assert assignment_from_pod(the_pod) == placement
     assert assignment_from_pod(the_pod, request_from_pod(the_pod)) == placement
+
+
+@pytest.mark.parametrize("spelling", ["1g.10gb+me", "1g.10gb.me"])
+def test_assignment_accepts_both_media_extension_spellings(spelling: str) -> None:
+    assignment = {"node": "n", "gpus": [{"index": 0, "mig": spelling, "start": 3}]}
+    the_pod = assigned({"nvidia.com/mig-1g.10gb.me": "1"}, assignment, node_name="n")
+    placement = assignment_from_pod(the_pod)
+    assert placement is not None
+    assert placement.slots == (GpuSlot(0, mig="1g.10gb+me", start=3),)
+    assert placement.to_assignment()["gpus"] == [{"index": 0, "mig": "1g.10gb+me", "start": 3}]
 
 
 @pytest.mark.parametrize(

@@ -62,17 +62,19 @@ GIB = 1 << 30
 
 @st.composite
 def static_layout(draw: st.DrawFn, family: MigFamily) -> tuple[tuple[str, int], ...]:
-    """A random valid static layout of one GPU: instances added while they fit."""
+    """A random valid static layout of one GPU: instances added while they fit, at most one +me."""
     names = sorted(family.profiles)
+    names += [f"{name}+me" for name in names if name.startswith("1g.")]
     layout: list[tuple[str, int]] = []
     used = 0
     compute = 0
     for _ in range(draw(st.integers(0, 10))):
         profile = draw(st.sampled_from(names))
-        shape = SHAPES[family.profiles[profile]]
+        shape = SHAPES[family.profiles[profile.removesuffix("+me")]]
         start = draw(st.sampled_from(shape.starts))
         bits = slice_bits(shape.size, start)
-        if used & bits or compute + shape.compute > family.compute_total:
+        has_me = any(p.endswith("+me") for p, _ in layout)
+        if used & bits or compute + shape.compute > family.compute_total or (has_me and profile.endswith("+me")):
             continue
         used |= bits
         compute += shape.compute
@@ -154,6 +156,7 @@ def random_placement(rng: random.Random, inv: Inventory, row: int) -> Placement 
             for pid in range(len(PLACEMENT_SHAPE)):
                 if static & ~int(inv.gpu_static_used[g]) & (1 << pid):
                     profile = _profile_name(family, int(PLACEMENT_SHAPE[pid]))
+                    profile += "+me" if int(inv.gpu_me[g]) & (1 << pid) else ""
                     options.append((GpuSlot(j, mig=profile, start=int(PLACEMENT_START[pid])),))
         if family is not None and mode == MigMode.DYNAMIC and not whole and milli == FULL_MILLI:
             for profile, sid in sorted(family.profiles.items()):
