@@ -602,10 +602,11 @@ class ClusterState:
 
     # ================================================================== bind
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """Write the assignment annotation, then create the Binding. Raises BindError with a reason.
+        """Create the Binding that carries the assignment annotation. Raises BindError with a reason.
 
         The pod must hold a reservation on `node`; if it expired or names another node, the pod is
-        decided again on `node` alone and bound when it still fits.
+        decided again on `node` alone and bound when it still fits. A reservation held under `uid`
+        by a pod of another name is left alone: the bind is refused.
         """
         key = f"{namespace}/{name}"
         ident = identity(uid, key)
@@ -626,6 +627,8 @@ class ClusterState:
 
     def _reservation_for_bind(self, ident: str, key: str, node: str) -> Reservation:
         reservation = self.book.get(ident)
+        if reservation is not None and reservation.key != key:
+            raise BindError("name-mismatch", f"uid of pod {key} holds a reservation for pod {reservation.key}")
         if reservation is not None and reservation.state == ReservationState.BINDING:
             raise BindError("in-progress", f"a bind of pod {key} is already in progress")
         if reservation is not None and reservation.node == node:
@@ -650,7 +653,8 @@ class ClusterState:
         return self.book.assume(ident, key, decision.placement, request)
 
     def _write(self, namespace: str, name: str, uid: str, node: str, placement: Placement, ident: str) -> None:
-        """Patch the annotation, then create the Binding; undo both on failure (lock not held)."""
+        """Create the Binding with the assignment annotation: one write, under the Binding's uid
+        precondition, so a failed bind leaves nothing to undo (lock not held)."""
         writer = self.writer
         key = f"{namespace}/{name}"
         try:
@@ -658,16 +662,8 @@ class ClusterState:
                 raise BindError("no-writer", "gpupack has no cluster connection to bind with")
             value = orjson.dumps(placement.to_assignment()).decode()
             try:
-                writer.patch_pod_annotations(namespace, name, {ANNOTATION_ASSIGNMENT: value})
+                writer.create_binding(namespace, name, uid, node, {ANNOTATION_ASSIGNMENT: value})
             except Exception as exc:
-                raise BindError("annotate", f"cannot annotate pod {key}: {api_reason(exc)}") from None
-            try:
-                writer.create_binding(namespace, name, uid, node)
-            except Exception as exc:
-                try:
-                    writer.patch_pod_annotations(namespace, name, {ANNOTATION_ASSIGNMENT: None})
-                except Exception as undo:
-                    logger.warning("pod %s: could not remove %s: %s", key, ANNOTATION_ASSIGNMENT, api_reason(undo))
                 raise BindError("binding", f"cannot bind pod {key} to {node}: {api_reason(exc)}") from None
         except BindError:
             with self.lock:

@@ -6,7 +6,8 @@ that log from the requested resourceVersion and block for new entries, like the 
 `drop_watches()` ends every open watch with a connection error (the source re-watches from where it
 was), `compact()` also forgets history so that re-watch gets 410 Gone (the source relists),
 `pause()`/`resume()` hold back watch delivery (a lagging informer), and `fail_binding` /
-`fail_patch` make the binder's writes fail.
+`bind_then_fail` make the binder's one write (the Binding with the assignment annotation) fail.
+`patch_pod_annotations` is a user's edit, not a binder's write.
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ class FakeApiServer:
         self.paused = False
         self.list_calls = dict.fromkeys(KINDS, 0)
         self.fail_binding: WriteFault | None = None
-        self.fail_patch: WriteFault | None = None
         self.bind_then_fail: WriteFault | None = None  # the Binding is created, then the call fails
         for obj in nodes:
             self.put_node(obj)
@@ -145,7 +145,6 @@ class FakeApiServer:
 
     def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
         with self.cond:
-            self._fault(self.fail_patch, namespace, name)
             pod = self._existing(namespace, name)
             merged = dict(pod["metadata"].get("annotations") or {})
             for key, value in annotations.items():
@@ -156,7 +155,8 @@ class FakeApiServer:
             pod["metadata"]["annotations"] = merged
             self._record("Pod", "MODIFIED", pod)
 
-    def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def create_binding(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
+        """Like the Binding subresource: nodeName and annotations in one change, or neither."""
         with self.cond:
             self._fault(self.fail_binding, namespace, name)
             pod = self._existing(namespace, name)
@@ -165,6 +165,7 @@ class FakeApiServer:
             if pod["spec"].get("nodeName"):
                 raise ApiException(status=409, reason=f"Conflict: already assigned to {pod['spec']['nodeName']}")
             pod["spec"]["nodeName"] = node
+            pod["metadata"]["annotations"] = {**(pod["metadata"].get("annotations") or {}), **annotations}
             self._record("Pod", "MODIFIED", pod)
             self._fault(self.bind_then_fail, namespace, name)
 

@@ -16,7 +16,7 @@ import json
 import pytest
 
 from extender.sources import PodUpserted
-from extender.state import ClusterState
+from extender.state import BindError, ClusterState
 from scoring.facts import GpuSlot
 from tests.extender_helpers import L4, assert_matches_rebuild, assert_no_overlap, node, pod, state_from
 from tests.fake_apiserver import Extender, FakeApiServer, launch
@@ -100,10 +100,9 @@ def test_annotation_set_on_a_reserved_pod_before_bind_is_overwritten(extenders: 
     extender.assert_matches_rebuild()
 
 
-def test_annotation_forged_between_our_patch_and_the_binding_never_double_books(
-    extenders: list[Extender],
-) -> None:
-    """The user rewrites the claim to a GPU in use just before the Binding: the pod gets free capacity."""
+def test_annotation_forged_just_before_the_binding_is_overwritten_by_it(extenders: list[Extender]) -> None:
+    """The user claims a GPU in use just before the Binding: the Binding writes gpupack's assignment
+    over it in the same update that binds the pod, so the pod holds what gpupack reserved."""
     owner = pod("owner", gpus=1, node_name="a", assignment=GPU0)
     server = FakeApiServer([node("a", L4, 3)], [owner, pod("p", gpus=1)])
     extender = launch(extenders, server)
@@ -114,14 +113,36 @@ def test_annotation_forged_between_our_patch_and_the_binding_never_double_books(
         obj["metadata"]["annotations"][ASSIGNMENT] = json.dumps(GPU0)
         server.put_pod(obj)
 
+    reserved = extender.state.book.get("uid-default-p").placement.to_assignment()
     server.fail_binding = forge  # runs inside create_binding, before the pod is bound
     extender.bind("default/p", "a")
     extender.caught_up()
+    assert written(server, "default/p") == reserved != GPU0
     mine = held(extender.state)
     assert mine["owner"] == ("a", (GpuSlot(0),))  # the capacity in use stays with its owner
     assert mine["p"] is not None and mine["p"][1] != (GpuSlot(0),)
-    assert extender.state._pods["uid-default-p"].how == "first-fit"
+    assert extender.state._pods["uid-default-p"].how == "reservation"
     extender.assert_matches_rebuild()
+
+
+def test_bind_whose_name_and_uid_disagree_touches_neither_pod(extenders: list[Extender]) -> None:
+    """A bind naming pod `owner` with pod p's uid: refused before any write, so owner keeps its
+    assignment (a restart re-derives it as before) and p's reservation stays for p's own bind."""
+    owner = pod("owner", gpus=1, node_name="a", assignment=GPU0)
+    server = FakeApiServer([node("a", L4, 2)], [owner, pod("p", gpus=1)])
+    extender = launch(extenders, server)
+    assert extender.filter("default/p", ["a"]) == "a"
+    p_uid = server.pod("default/p")["metadata"]["uid"]
+    with pytest.raises(BindError) as refused:
+        extender.state.bind("default", "owner", p_uid, "a")
+    assert refused.value.kind == "name-mismatch" and "default/owner" in refused.value.reason
+    assert written(server, "default/owner") == GPU0
+    assert extender.state.snapshot().bind_failures == {"name-mismatch": 1}
+    extender.bind("default/p", "a")
+    extender.caught_up()
+    assert held(extender.state) == {"owner": ("a", (GpuSlot(0),)), "p": ("a", (GpuSlot(1),))}
+    rebuilt = extender.assert_matches_rebuild()  # a restart derives the same picture from the objects
+    assert rebuilt.snapshot().gpus_allocated == 2
 
 
 # --- disagreeing with spec.nodeName, or with capacity already held ------------------------------------

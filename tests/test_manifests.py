@@ -31,7 +31,7 @@ SERVICE_ACCOUNT = "gpupack-scheduler"
 # The gpupack sidecar's ClusterRole, exactly: (API group, resource, verb).
 EXTENDER_RULES = {  # what extender/sources/kube_api.py calls (tests/test_rbac_usage.py derives it)
     *{("", "nodes", verb) for verb in ("list", "watch")},
-    *{("", "pods", verb) for verb in ("list", "watch", "patch")},
+    *{("", "pods", verb) for verb in ("list", "watch")},
     ("", "pods/binding", "create"),
 }
 

@@ -170,7 +170,7 @@ def test_media_extension_profiles_are_requested_as_dot_me() -> None:
     assert mig.mig == (("1g.10gb+me", 1), ("3g.40gb", 1))
     with pytest.raises(RequestError, match=r"cannot hold '\+'; ask for nvidia.com/mig-1g.10gb.me"):
         request_from_pod(pod(container(limits={"nvidia.com/mig-1g.10gb+me": "1"})))
-    with pytest.raises(RequestError, match="MIG profile '1g.10gb.mx' exists on no GPU"):
+    with pytest.raises(RequestError, match=r"MIG profile '1g\.10gb\.mx' exists on no GPU"):
         request_from_pod(pod(container(limits={"nvidia.com/mig-1g.10gb.mx": "1"})))
 
 

@@ -83,7 +83,6 @@ def test_the_code_makes_the_calls_gpupack_needs() -> None:
         ("", "nodes", "watch"),
         ("", "pods", "list"),
         ("", "pods", "watch"),
-        ("", "pods", "patch"),
         ("", "pods/binding", "create"),
     }
 

@@ -226,9 +226,6 @@ class Refusing:
     def __init__(self, error: Exception) -> None:
         self.error = error
 
-    def patch_pod_annotations(self, *_: object) -> None:
-        raise self.error
-
     def create_binding(self, *_: object) -> None:
         raise self.error
 

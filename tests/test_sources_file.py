@@ -26,6 +26,7 @@ PODS = [
     make_pod("pending", node=None, namespace="ml"),
     make_pod("finished", phase="Succeeded"),
 ]
+ASSIGNED = {"gpupack.io/assignment": '{"node": "gpu-2", "gpus": [{"index": 0}]}'}
 
 
 def write(tmp_path: Path, name: str, content: object) -> Path:
@@ -117,22 +118,16 @@ def test_bad_json_and_missing_file(tmp_path: Path) -> None:
         load_cluster_objects(tmp_path / "nope.yaml")
 
 
-def test_patch_annotations_updates_memory_and_emits(tmp_path: Path) -> None:
+def test_create_binding_sets_node_name_and_annotations_and_emits(tmp_path: Path) -> None:
     source, mirror = started(write(tmp_path, "c.yaml", [*NODES, *PODS]))
     held = mirror.pods["ml/pending"]
-    source.patch_pod_annotations("ml", "pending", {"gpupack.io/assignment": '{"node": "gpu-2"}', "x": "1"})
-    source.patch_pod_annotations("ml", "pending", {"x": None})
+    source.create_binding("ml", "pending", "uid-pod-ml-pending", "gpu-2", ASSIGNED)
     event = mirror.events[-1]
     assert isinstance(event, PodUpserted) and event.key == "ml/pending"
-    assert event.pod["metadata"]["annotations"] == {"gpupack.io/assignment": '{"node": "gpu-2"}'}
+    assert event.pod["spec"]["nodeName"] == "gpu-2"
+    assert event.pod["metadata"]["annotations"] == ASSIGNED
     assert held["metadata"].get("annotations") is None  # what the consumer held was not mutated
     assert mirror.errors == []
-
-
-def test_create_binding_sets_node_name_and_emits(tmp_path: Path) -> None:
-    source, mirror = started(write(tmp_path, "c.yaml", [*NODES, *PODS]))
-    source.create_binding("ml", "pending", "uid-pod-ml-pending", "gpu-2")
-    assert mirror.pods["ml/pending"]["spec"]["nodeName"] == "gpu-2"
     assert [p["spec"].get("nodeName") for p in source.pods if p["metadata"]["name"] == "pending"] == ["gpu-2"]
 
 
@@ -150,23 +145,17 @@ def test_create_binding_fails_like_the_api_server(
     source, mirror = started(write(tmp_path, "c.yaml", [*NODES, *PODS]))
     before = len(mirror.events)
     with pytest.raises(ApiException) as info:
-        source.create_binding(namespace, name, uid, "gpu-2")
+        source.create_binding(namespace, name, uid, "gpu-2", ASSIGNED)
     assert info.value.status == status
     assert len(mirror.events) == before
-
-
-def test_patch_unknown_pod_is_404(tmp_path: Path) -> None:
-    source, _ = started(write(tmp_path, "c.yaml", [*NODES, *PODS]))
-    with pytest.raises(ApiException) as info:
-        source.patch_pod_annotations("ml", "ghost", {"a": "b"})
-    assert info.value.status == 404
+    assert all("gpupack.io/assignment" not in (p["metadata"].get("annotations") or {}) for p in source.pods)
 
 
 def test_writes_before_start_show_up_in_the_initial_picture(tmp_path: Path) -> None:
     mirror = Mirror()
     source = ClusterFileSource(write(tmp_path, "c.yaml", [*NODES, *PODS]), mirror)
     assert not source.wait_synced(0)
-    source.create_binding("ml", "pending", "", "gpu-2")
+    source.create_binding("ml", "pending", "", "gpu-2", {})
     assert mirror.events == []
     source.start()
     assert mirror.pods["ml/pending"]["spec"]["nodeName"] == "gpu-2"

@@ -130,11 +130,8 @@ class FakeKubeApi:
     def watch_pods(self, resource_version: str, timeout_seconds: int) -> FakeStream:
         return self._watch("Pod", resource_version, timeout_seconds)
 
-    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
-        self.writes.append(("patch", namespace, name, annotations))
-
-    def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
-        self.writes.append(("bind", namespace, name, uid, node))
+    def create_binding(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
+        self.writes.append(("bind", namespace, name, uid, node, annotations))
 
     def _list(self, kind: str) -> ObjectList:
         self.list_calls[kind] += 1
@@ -469,12 +466,9 @@ def test_stop_interrupts_a_pending_watch() -> None:
 
 
 def test_writes_are_forwarded_to_the_api(harness: Harness) -> None:
-    harness.source.patch_pod_annotations("ml", "train-b", {"gpupack.io/assignment": '{"node": "gpu-2"}'})
-    harness.source.create_binding("ml", "train-b", "uid-pod-ml-train-b", "gpu-2")
-    assert harness.api.writes == [
-        ("patch", "ml", "train-b", {"gpupack.io/assignment": '{"node": "gpu-2"}'}),
-        ("bind", "ml", "train-b", "uid-pod-ml-train-b", "gpu-2"),
-    ]
+    assigned = {"gpupack.io/assignment": '{"node": "gpu-2"}'}
+    harness.source.create_binding("ml", "train-b", "uid-pod-ml-train-b", "gpu-2", assigned)
+    assert harness.api.writes == [("bind", "ml", "train-b", "uid-pod-ml-train-b", "gpu-2", assigned)]
 
 
 class ListCheckingMirror(Mirror):

@@ -202,14 +202,19 @@ def test_watch_error_410_surfaces_as_api_exception(server: FakeApiServer) -> Non
     assert len(server.requests) == 1  # the client did not resume on its own
 
 
-def test_create_binding_posts_a_binding_with_uid(server: FakeApiServer) -> None:
+def test_create_binding_posts_a_binding_with_uid_and_annotations(server: FakeApiServer) -> None:
     status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
     server.routes["POST", "/api/v1/namespaces/ml/pods/train/binding"] = (201, status)
-    official(server).create_binding("ml", "train", "uid-1", "gpu-3")
+    official(server).create_binding("ml", "train", "uid-1", "gpu-3", {"gpupack.io/assignment": "{}"})
     assert server.requests[0]["body"] == {
         "apiVersion": "v1",
         "kind": "Binding",
-        "metadata": {"name": "train", "namespace": "ml", "uid": "uid-1"},
+        "metadata": {
+            "name": "train",
+            "namespace": "ml",
+            "uid": "uid-1",
+            "annotations": {"gpupack.io/assignment": "{}"},
+        },
         "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-3"},
     }
 
@@ -223,16 +228,8 @@ def test_create_binding_conflict_raises(server: FakeApiServer) -> None:
     }
     server.routes["POST", "/api/v1/namespaces/ml/pods/train/binding"] = (409, conflict)
     with pytest.raises(ApiException) as info:
-        official(server).create_binding("ml", "train", "uid-1", "gpu-3")
+        official(server).create_binding("ml", "train", "uid-1", "gpu-3", {})
     assert info.value.status == 409
-
-
-def test_patch_pod_annotations_is_a_merge_patch(server: FakeApiServer) -> None:
-    server.routes["PATCH", "/api/v1/namespaces/ml/pods/train"] = (200, make_pod("train", namespace="ml"))
-    official(server).patch_pod_annotations("ml", "train", {"gpupack.io/assignment": "{}", "old": None})
-    request = server.requests[0]
-    assert request["content_type"].startswith("application/merge-patch+json")
-    assert request["body"] == {"metadata": {"annotations": {"gpupack.io/assignment": "{}", "old": None}}}
 
 
 def test_kubernetes_source_end_to_end_and_stop_interrupts_an_open_watch(server: FakeApiServer) -> None:

@@ -222,17 +222,14 @@ def test_bind_failure_removes_the_annotation_and_releases(tmp_path: Path) -> Non
     assert state.snapshot().gpus_allocated == 1
 
 
-def test_binding_error_rolls_back(tmp_path: Path) -> None:
+def test_binding_error_releases_the_reservation_and_writes_nothing(tmp_path: Path) -> None:
     path = write_cluster(tmp_path / "c.yaml", [node("a", L4, 1), pod("p1", gpus=1)])
     state, source = file_state(path)
     calls: list[tuple] = []
 
     class Refusing:
-        def patch_pod_annotations(self, namespace, name, annotations):
-            calls.append(("patch", annotations))
-            source.patch_pod_annotations(namespace, name, annotations)
-
-        def create_binding(self, namespace, name, uid, node):
+        def create_binding(self, namespace, name, uid, node, annotations):
+            calls.append((name, node, annotations))
             raise RuntimeError("boom")
 
     state.writer = Refusing()
@@ -240,8 +237,9 @@ def test_binding_error_rolls_back(tmp_path: Path) -> None:
     with pytest.raises(BindError) as err:
         state.bind("default", "p1", "uid-default-p1", "a")
     assert err.value.kind == "binding"
-    assert calls[-1] == ("patch", {"gpupack.io/assignment": None})
-    assert "gpupack.io/assignment" not in source.pods[0]["metadata"]["annotations"]
+    assert [(name, node) for name, node, _ in calls] == [("p1", "a")]  # one write, nothing to undo
+    assert "gpupack.io/assignment" in calls[0][2]
+    assert "gpupack.io/assignment" not in (source.pods[0]["metadata"].get("annotations") or {})
     assert state.snapshot().gpus_allocated == 0
     assert state.book.ended["bind failed"] == 1
 

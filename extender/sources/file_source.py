@@ -14,7 +14,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,21 +133,9 @@ class ClusterFileSource:
         """True once ``start()`` has run (waits up to ``timeout`` for it)."""
         return self._synced.wait(timeout)
 
-    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
-        """Merge ``annotations`` into the in-memory pod (None removes a key) and emit ``PodUpserted``."""
-        with self._lock:
-            pod = self._get_pod(namespace, name)
-            merged = dict((pod.get("metadata") or {}).get("annotations") or {})
-            for key, value in annotations.items():
-                if value is None:
-                    merged.pop(key, None)
-                else:
-                    merged[key] = value
-            pod["metadata"]["annotations"] = merged
-            self._changed(pod)
-
-    def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """Set the in-memory pod's ``spec.nodeName`` and emit ``PodUpserted``."""
+    def create_binding(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
+        """Set the in-memory pod's ``spec.nodeName``, merge ``annotations`` into its own (both or
+        neither, as the API server's Binding does) and emit ``PodUpserted``."""
         with self._lock:
             pod = self._get_pod(namespace, name)
             if uid and pod["metadata"].get("uid") != uid:
@@ -157,6 +145,8 @@ class ClusterFileSource:
                 reason = f"pod {namespace}/{name} is already assigned to node {spec['nodeName']}"
                 raise ApiException(status=409, reason=reason)
             spec["nodeName"] = node
+            metadata = pod.setdefault("metadata", {})
+            metadata["annotations"] = {**(metadata.get("annotations") or {}), **annotations}
             self._changed(pod)
 
     def _get_pod(self, namespace: str, name: str) -> JsonObject:

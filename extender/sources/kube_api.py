@@ -14,7 +14,7 @@ object as the dict the server sent.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -41,14 +41,11 @@ class ObjectList:
 
 
 class ClusterWriter(Protocol):
-    """The writes the binder makes; a cluster file implements them in memory."""
+    """The one write the binder makes; a cluster file implements it in memory."""
 
-    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
-        """Merge ``annotations`` into the pod's (a None value removes the key)."""
-        ...
-
-    def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """Bind the pod (only if its uid is still ``uid``) to ``node``."""
+    def create_binding(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
+        """Bind the pod to ``node`` and merge ``annotations`` into its own, in one write that happens
+        only if the pod's uid is still ``uid`` (the API server's Binding subresource does exactly this)."""
         ...
 
 
@@ -125,28 +122,18 @@ class OfficialKubeApi:
         """Watch Pods of every namespace from ``resource_version``; see ``WatchStream``."""
         return self._watch(self._core.list_pod_for_all_namespaces, resource_version, timeout_seconds)
 
-    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
-        """JSON-merge-patch the pod's annotations (None removes a key)."""
-        response = self._core.patch_namespaced_pod(
-            name,
-            namespace,
-            {"metadata": {"annotations": annotations}},
-            _content_type="application/merge-patch+json",
-            _preload_content=False,
-            _request_timeout=self._request_timeout,
-        )
-        _drain(response)
+    def create_binding(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
+        """POST /api/v1/namespaces/{namespace}/pods/{name}/binding, uid precondition included.
 
-    def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """POST /api/v1/namespaces/{namespace}/pods/{name}/binding (uid precondition included).
-
+        The API server sets ``spec.nodeName`` and merges the Binding's ``metadata.annotations`` into
+        the pod in one update (``BindingREST.setPodHostAndAnnotations``): nothing to undo on failure.
         The response is not deserialized (``_preload_content=False``): the server answers with a
         Status, which the client cannot turn into the declared V1Binding.
         """
         body = client.V1Binding(
             api_version="v1",
             kind="Binding",
-            metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid),
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid, annotations=dict(annotations)),
             target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
         )
         response = self._core.create_namespaced_pod_binding(

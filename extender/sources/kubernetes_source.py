@@ -20,7 +20,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,7 +122,7 @@ class KubernetesSource:
 
     ``on_event`` is called from the source's threads, one event at a time (never concurrently), and
     must not block for long. If it raises, the error is logged and the kind is relisted after a backoff.
-    The source also forwards the binder's writes (``patch_pod_annotations``, ``create_binding``) to the
+    The source also forwards the binder's one write (``create_binding``) to the
     API, so the service talks to one object whether it runs on a cluster or on a cluster file.
     """
 
@@ -194,13 +194,9 @@ class KubernetesSource:
         """The last resourceVersion seen for ``kind`` ("Node" or "Pod")."""
         return next(r.resource_version for r in self._reflectors if r.kind == kind)
 
-    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
-        """Forward to ``KubeApi.patch_pod_annotations``."""
-        self._api.patch_pod_annotations(namespace, name, annotations)
-
-    def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def create_binding(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
         """Forward to ``KubeApi.create_binding``."""
-        self._api.create_binding(namespace, name, uid, node)
+        self._api.create_binding(namespace, name, uid, node, annotations)
 
     # -- used by the reflectors -------------------------------------------------------------------
 
