@@ -219,6 +219,8 @@ def machine() -> dict[str, object]:
 # ----------------------------------------------------------------------------- the run
 def run(args: argparse.Namespace) -> int:
     """`gpupack bench`: run the full (or --quick) bench and write the report; exit code."""
+    if args.throughput:
+        return run_throughput_report(args)
     traces = default_traces_dir()
     if not (traces / "openb_node_list_gpu_node.csv").is_file():
         print(f"gpupack bench: openb trace not found in {traces} (set {TRACES_ENV})", file=sys.stderr)
@@ -228,6 +230,29 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     run_report(config, out, log=lambda text: print(text, file=sys.stderr, flush=True))
     print(f"gpupack bench ({config.label}): {out / 'REPORT.md'} in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+def run_throughput_report(args: argparse.Namespace) -> int:
+    """`gpupack bench --throughput`: gpupack beside a trivial extender under the real kube-scheduler."""
+    from bench import throughput
+    from bench.controlplane import ControlPlaneError
+
+    quick = throughput.ThroughputConfig(node_counts=(500,), pods=500, rounds=1)
+    config = quick if args.quick else throughput.ThroughputConfig()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        results = throughput.run_throughput(config, log=lambda text: print(text, file=sys.stderr, flush=True))
+    except ControlPlaneError as exc:
+        print(f"gpupack bench --throughput: {exc}", file=sys.stderr)
+        return 2
+    info = machine()
+    (out / "throughput.md").write_text(throughput.render_markdown(results, info, config))
+    (out / "throughput.json").write_bytes(
+        orjson.dumps(throughput.result_json(results, info), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+    )
+    print(f"gpupack bench --throughput: {out / 'throughput.md'}")
     return 0
 
 

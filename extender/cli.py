@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="run the standard comparison and write a report")
     bench.add_argument("--quick", action="store_true", help="fewer seeds and smaller scenarios")
     bench.add_argument("--out", default="bench/results", help="report folder (default bench/results)")
+    bench.add_argument(
+        "--throughput", action="store_true", help="only the real kube-scheduler throughput (needs ../shared/kube, etcd)"
+    )
 
     explain = sub.add_parser("explain", help="why a pod would go where")
     explain.add_argument("--cluster-file", required=True, help="YAML/JSON list of Node and Pod objects")

@@ -1,0 +1,245 @@
+"""Throughput under the real kube-scheduler: gpupack beside a trivial extender, side by side (issue #12).
+
+On one control plane per cluster size (etcd + kube-apiserver + kube-scheduler v1.28.4, `bench.controlplane`)
+with N fake nodes of 8 `nvidia.com/gpu` each, every run creates the pods with the scheduler stopped, starts
+the extender (gpupack, or `bench.trivial_extender`) and then kube-scheduler with the shipped configuration,
+and waits until every pod is bound. Runs alternate between the two extenders. pods/s is measured from the
+first to the last "Successfully bound" line of kube-scheduler's log, so start-up does not count. Each
+process's CPU time over the same window (from /proc) says where the time goes.
+
+    gpupack bench --throughput [--out DIR]
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.controlplane import (
+    HOST,
+    ControlPlane,
+    Process,
+    http_status,
+    make_certificates,
+    node_body,
+    pod_body,
+    wait_until,
+    write_kubeconfig,
+)
+
+PRODUCT = "NVIDIA-H100-80GB-HBM3"
+BOUND = re.compile(rb'^I\d{4} (\d\d):(\d\d):(\d\d\.\d+) .*"Successfully bound pod to node"', re.MULTILINE)
+EXTENDERS = ("trivial", "gpupack")
+COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "extender")
+TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class ThroughputConfig:
+    """What one throughput bench covers."""
+
+    node_counts: tuple[int, ...] = (500, 5000)
+    pods: int = 2000
+    rounds: int = 4  # runs of each extender per size, alternating
+    bind_timeout: float = 300.0
+
+
+@dataclass
+class RunResult:
+    """One burst: which extender, how fast, and each process's CPU per pod."""
+
+    extender: str
+    nodes: int
+    pods: int
+    bound: int
+    seconds: float
+    pods_per_second: float
+    cpu_ms_per_pod: dict[str, float] = field(default_factory=dict)
+
+
+def gpu_node(index: int) -> dict[str, Any]:
+    """An 8-GPU H100 node, on-demand."""
+    labels = {"nvidia.com/gpu.product": PRODUCT, "nvidia.com/gpu.count": "8", "karpenter.sh/capacity-type": "on-demand"}
+    return node_body(f"tp-{index:05d}", {"cpu": "192", "memory": "2Ti", "nvidia.com/gpu": 8}, labels)
+
+
+def gpu_pod(index: int) -> dict[str, Any]:
+    """A one-GPU pod for the gpupack scheduler."""
+    return pod_body(f"p-{index:05d}", {"nvidia.com/gpu": 1})
+
+
+def cpu_seconds(process: Process | None) -> float:
+    """User + system CPU seconds of a running process (0 when it is not running)."""
+    if process is None or process.popen is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{process.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICKS_PER_SECOND
+
+
+def bound_times(log: bytes) -> list[float]:
+    """Seconds of the day of every "Successfully bound" line of a kube-scheduler log (klog headers)."""
+    return [int(h) * 3600 + int(m) * 60 + float(s) for h, m, s in BOUND.findall(log)]
+
+
+class Rig:
+    """One control plane with `nodes` GPU nodes, on which bursts run with either extender."""
+
+    def __init__(self, nodes: int, log: Callable[[str], None]) -> None:
+        self.nodes = nodes
+        self.log = log
+        self.plane = ControlPlane(verbosity=2)
+        self.extender: Process | None = None
+
+    def __enter__(self) -> Rig:
+        plane = self.plane
+        try:
+            plane.certs = make_certificates(plane.workdir / "pki")
+            write_kubeconfig(plane.kubeconfig, plane.apiserver_url, plane.certs)
+            plane.start_etcd()
+            plane.start_apiserver()
+            plane.write_scheduler_config()
+            started = time.perf_counter()
+            plane.create_nodes(gpu_node(i) for i in range(self.nodes))
+            self.log(f"  {self.nodes} nodes created in {time.perf_counter() - started:.0f} s")
+        except BaseException:
+            plane.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.plane.stop()
+
+    def run(self, extender: str, pods: int, round_number: int, timeout: float) -> RunResult:
+        """Create `pods` pending pods, start `extender` and kube-scheduler, wait until all are bound."""
+        plane = self.plane
+        namespace = f"tp-{round_number}-{extender}"
+        plane.create_namespace(namespace)
+        plane.create_pods(namespace, (gpu_pod(i) for i in range(pods)))
+        self._start_extender(extender)
+        log_path = plane.workdir / "kube-scheduler.log"
+        offset = log_path.stat().st_size if log_path.exists() else 0
+        before = self._cpu()
+        plane.start_scheduler()
+        try:
+            wait_until(f"{pods} binds", lambda: len(self._bound_since(log_path, offset)) >= pods, timeout, 0.5)
+            after = self._cpu()
+            times = self._bound_since(log_path, offset)
+        finally:
+            plane.kill_scheduler()
+            self._stop_extender()
+            plane.delete_pods(namespace)
+        seconds = times[-1] - times[0]
+        cpu = {name: round((after[name] - before[name]) * 1000 / pods, 2) for name in COMPONENTS}
+        rate = (len(times) - 1) / seconds if seconds > 0 else 0.0
+        return RunResult(extender, self.nodes, pods, len(times), round(seconds, 2), round(rate, 1), cpu)
+
+    def _start_extender(self, extender: str) -> None:
+        plane = self.plane
+        if extender == "gpupack":
+            plane.start_gpupack()
+            self.extender = plane.gpupack
+            return
+        argv = [sys.executable, "-m", "bench.trivial_extender", "--kubeconfig", str(plane.kubeconfig)]
+        argv += ["--port", str(plane.gpupack_port)]
+        self.extender = Process("trivial-extender", argv, plane.workdir / "trivial-extender.log").start()
+        wait_until("the trivial extender", lambda: http_status(f"http://{HOST}:{plane.gpupack_port}/readyz") == 200, 60)
+
+    def _stop_extender(self) -> None:
+        if self.extender is not None:
+            self.extender.kill()
+        self.extender = None
+        self.plane.gpupack = None
+
+    def _cpu(self) -> dict[str, float]:
+        plane = self.plane
+        processes = (plane.etcd, plane.apiserver, plane.scheduler, self.extender)
+        return {name: cpu_seconds(process) for name, process in zip(COMPONENTS, processes, strict=True)}
+
+    @staticmethod
+    def _bound_since(log_path: Path, offset: int) -> list[float]:
+        with log_path.open("rb") as handle:
+            handle.seek(offset)
+            return bound_times(handle.read())
+
+
+def run_throughput(config: ThroughputConfig, log: Callable[[str], None] = lambda _: None) -> list[RunResult]:
+    """Every run of every size, the extenders alternating (trivial first in odd rounds, gpupack in even)."""
+    results: list[RunResult] = []
+    for nodes in config.node_counts:
+        log(f"throughput: {nodes} nodes, {config.pods} pods, {config.rounds} rounds")
+        with Rig(nodes, log) as rig:
+            for round_number in range(config.rounds):
+                order = EXTENDERS if round_number % 2 == 0 else EXTENDERS[::-1]
+                for extender in order:
+                    result = rig.run(extender, config.pods, round_number, config.bind_timeout)
+                    log(f"  round {round_number} {extender}: {result.pods_per_second} pods/s")
+                    results.append(result)
+    return results
+
+
+def summary_rows(results: Sequence[RunResult]) -> list[dict[str, Any]]:
+    """Per size: median pods/s of each extender, their ratio, and median CPU ms per pod per component."""
+    rows = []
+    for nodes in sorted({r.nodes for r in results}):
+        row: dict[str, Any] = {"nodes": nodes}
+        for extender in EXTENDERS:
+            runs = [r for r in results if r.nodes == nodes and r.extender == extender]
+            row[extender] = statistics.median(r.pods_per_second for r in runs)
+            row[f"{extender}_cpu"] = {c: statistics.median(r.cpu_ms_per_pod[c] for r in runs) for c in COMPONENTS}
+            row[f"{extender}_runs"] = [r.pods_per_second for r in runs]
+        row["ratio"] = round(row["gpupack"] / row["trivial"], 2) if row["trivial"] else None
+        rows.append(row)
+    return rows
+
+
+def render_markdown(results: Sequence[RunResult], machine: dict[str, Any], config: ThroughputConfig) -> str:
+    """The throughput report: ratios first, then pods/s and where the CPU went."""
+    lines = [
+        "# gpupack under the real kube-scheduler: throughput beside a trivial extender",
+        "",
+        f"Written by `gpupack bench --throughput` on {machine['date']}, commit `{machine['commit'][:12]}`, "
+        f"{machine['cpu']} ({machine['cores']} cores), Python {machine['python']}. Every figure comes from this run.",
+        "",
+        f"etcd 3.4 + kube-apiserver + kube-scheduler v1.28.4 (the shipped KubeSchedulerConfiguration), N fake "
+        f"nodes of 8 `nvidia.com/gpu`, {config.pods} one-GPU pods created with the scheduler stopped; then the "
+        "extender and kube-scheduler start. pods/s = binds / (first → last \"Successfully bound\" in "
+        f"kube-scheduler's log). {config.rounds} runs per extender and size, alternating; medians. The trivial "
+        "extender answers the first candidate and binds with one Binding POST, on gpupack's own uvicorn "
+        "configuration (`bench/trivial_extender.py`).",
+        "",
+        "| nodes | gpupack / trivial | trivial pods/s | gpupack pods/s | runs (trivial; gpupack) |",
+        "|---:|---:|---:|---:|---|",
+    ]
+    rows = summary_rows(results)
+    for row in rows:
+        runs = f"{', '.join(map(str, row['trivial_runs']))}; {', '.join(map(str, row['gpupack_runs']))}"
+        lines.append(f"| {row['nodes']:,} | **{row['ratio']}** | {row['trivial']} | {row['gpupack']} | {runs} |")
+    lines += [
+        "",
+        "CPU ms per pod, median (from /proc, over the first-bind to last-bind window plus the scheduler's start):",
+        "",
+        "| nodes | extender | " + " | ".join(COMPONENTS) + " | total |",
+        "|---:|---|" + "---:|" * (len(COMPONENTS) + 1),
+    ]
+    for row in rows:
+        for extender in EXTENDERS:
+            cpu = row[f"{extender}_cpu"]
+            cells = " | ".join(f"{cpu[c]:.2f}" for c in COMPONENTS)
+            lines.append(f"| {row['nodes']:,} | {extender} | {cells} | {sum(cpu.values()):.2f} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def result_json(results: Sequence[RunResult], machine: dict[str, Any]) -> dict[str, Any]:
+    """Everything the report is made of, for results JSON."""
+    return {"machine": machine, "runs": [asdict(r) for r in results], "summary": summary_rows(results)}
