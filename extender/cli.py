@@ -1,4 +1,4 @@
-"""`gpupack` command line (DESIGN.md §6): serve, simulate, bench, explain."""
+"""`gpupack` command line (DESIGN.md §6): serve, simulate, bench, explain, topology, agent."""
 
 from __future__ import annotations
 
@@ -60,6 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--pod", required=True, help="YAML/JSON file holding the Pod to place")
     explain.add_argument("--config", help="policy config YAML")
     explain.add_argument("--json", action="store_true", help="print JSON")
+
+    topology = sub.add_parser("topology", help="print gpupack.io/gpu-topology from `nvidia-smi topo -m` text")
+    topology.add_argument("file", nargs="?", help="the text (default: standard input)")
+
+    agent = sub.add_parser("agent", help="run the node agent: node facts and device plugins (DaemonSet)")
+    agent.add_argument("--node", help="this node's name (default: $NODE_NAME)")
+    agent.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster config)")
+    agent.add_argument("--plugin-dir", default="/var/lib/kubelet/device-plugins", help="kubelet device-plugin folder")
     return parser
 
 
@@ -78,6 +86,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench.report import run as run_bench
 
         return run_bench(args)
+    if args.command == "topology":
+        from agent.topology_cli import run as run_topology
+
+        return run_topology(args)
+    if args.command == "agent":
+        from agent.main import run as run_agent
+
+        return run_agent(args)
     from extender.explain import run as run_explain
 
     return run_explain(args)
