@@ -32,6 +32,9 @@ WatchEvent = dict[str, Any]
 HTTP_GONE = 410
 
 
+BIND_CONNECTIONS = 40  # TLS connections kept to the API server: anyio runs up to 40 binds at once
+
+
 @dataclass(frozen=True, slots=True)
 class ObjectList:
     """The items of a (complete, possibly paginated) list and the list's resourceVersion."""
@@ -80,6 +83,9 @@ def load_kube_config(kubeconfig_path: str | None) -> client.ApiClient:
     except (ConfigException, OSError) as exc:
         where = kubeconfig_path or "in-cluster service account (pass --kubeconfig when outside a cluster)"
         raise SourceError(f"cannot load Kubernetes config from {where}: {exc}") from exc
+    # Binds run in parallel worker threads; urllib3's default pool (5 per CPU) threw away a TLS
+    # connection per overflowing bind ("Connection pool is full", kube/THROUGHPUT.md).
+    configuration.connection_pool_maxsize = BIND_CONNECTIONS
     return client.ApiClient(configuration)
 
 
