@@ -15,8 +15,9 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent.devices import profile_bounds
 from agent.nvml import NVLINK_REMOTE_GPU, NVLINK_REMOTE_SWITCH, GpuInfo, MigInstance, NvLink, NvmlError
-from scoring.geometry import MAX_FIT, ME_SUFFIX, SHAPES, slice_bits
+from scoring.geometry import SHAPES, resolve_profile, slice_bits
 from scoring.gpu_models import lookup_model
 
 _FAKE_NAMESPACE = uuid.UUID("5c1f1a52-2f0e-4a4c-9d0b-677070706163")
@@ -61,12 +62,9 @@ def profiles_from_geometry(product: str) -> dict[str, GiProfile]:
     if family is None:
         return {}
     table: dict[str, GiProfile] = {}
-    for name, shape_id in family.profiles.items():
-        shape = SHAPES[shape_id]
-        placements = tuple((start, shape.size) for start in shape.starts)
-        table[name] = GiProfile(name, int(MAX_FIT[shape_id, 0]), placements)
-        if shape.name in ("1g", "a30-1g"):  # NVIDIA offers media extensions on the smallest profile
-            table[name + ME_SUFFIX] = GiProfile(name + ME_SUFFIX, 1, placements)
+    for name, bound in profile_bounds(product).items():
+        shape = SHAPES[resolve_profile(family, name)[0]]
+        table[name] = GiProfile(name, bound, tuple((start, shape.size) for start in shape.starts))
     return table
 
 

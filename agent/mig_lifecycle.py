@@ -1,0 +1,73 @@
+"""Dynamic MIG: create the instance a pod's assignment places, destroy instances no live pod holds.
+
+Live pods are those bound to this node that have not finished (Succeeded / Failed) and still exist;
+each holds the `(gpu, profile, start)` of its assignment's MIG slots. Reconciling destroys every
+instance on a MIG-enabled GPU that no live pod holds — on start (the agent may have missed deletions
+while it was down) and whenever the pod list changes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from agent.nvml import MigInstance, Nvml, NvmlError
+from extender.pod_request import AssignmentError, assignment_from_pod
+from scoring.facts import GpuSlot
+from scoring.geometry import canonical_profile
+from scoring.request import RequestError
+
+log = logging.getLogger(__name__)
+Held = set[tuple[int, str, int]]  # (gpu, profile, start)
+
+
+class MigCreateError(RuntimeError):
+    """NVML refused to create an assigned instance; the message names the slot and NVML's reason."""
+
+
+def ensure_instance(nvml: Nvml, slot: GpuSlot) -> MigInstance:
+    """The instance at the slot's placement, created when it does not exist yet (idempotent)."""
+    profile = canonical_profile(slot.mig)
+    for instance in nvml.mig_instances(slot.index):
+        if instance.start == slot.start and instance.profile == profile:
+            return instance
+    try:
+        return nvml.create_mig(slot.index, profile, slot.start)
+    except NvmlError as exc:
+        raise MigCreateError(f"NVML refused to create {profile}@{slot.start} on GPU {slot.index}: {exc}") from None
+
+
+def held_instances(pods: Iterable[Mapping[str, Any]], node: str) -> Held:
+    """MIG placements named by the assignments of pods on `node` that have not finished."""
+    held: Held = set()
+    for pod in pods:
+        if (pod.get("spec") or {}).get("nodeName") != node:
+            continue
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        try:
+            placement = assignment_from_pod(pod)
+        except (AssignmentError, RequestError):
+            continue  # an unreadable assignment holds nothing the agent could know of
+        if placement is not None:
+            held |= {(s.index, canonical_profile(s.mig), s.start) for s in placement.slots if s.mig}
+    return held
+
+
+def reconcile(nvml: Nvml, held: Held) -> list[MigInstance]:
+    """Destroy instances on MIG-enabled GPUs that no live pod holds; returns the ones destroyed."""
+    destroyed = []
+    for gpu in nvml.gpus():
+        if not nvml.mig_enabled(gpu.index):
+            continue
+        for instance in nvml.mig_instances(gpu.index):
+            if (gpu.index, instance.profile, instance.start) in held:
+                continue
+            try:
+                nvml.destroy_mig(gpu.index, instance.start)
+            except NvmlError as exc:  # in use by a process, most likely: try again next time
+                log.warning("cannot destroy %s@%d on GPU %d: %s", instance.profile, instance.start, gpu.index, exc)
+                continue
+            destroyed.append(instance)
+    return destroyed

@@ -1,0 +1,50 @@
+"""The pods bound to this node: a small interface, an in-memory one for tests, the real one.
+
+The real lister asks the API server on every call (field selector `spec.nodeName=<node>`): Allocate
+runs moments after the pod was bound, and a cache could still miss it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+
+Pod = Mapping[str, Any]
+
+
+class PodLister(Protocol):
+    """Lists this node's pods as raw JSON dicts."""
+
+    def pods_on_node(self) -> list[Pod]:
+        """Every pod whose spec.nodeName is this node."""
+        ...
+
+
+@dataclass
+class MemoryPods:
+    """A PodLister over a list the caller edits (tests)."""
+
+    pods: list[Pod] = field(default_factory=list)
+
+    def pods_on_node(self) -> list[Pod]:
+        """A copy of the list."""
+        return list(self.pods)
+
+
+class KubePods:
+    """PodLister over the official client: `list_pod_for_all_namespaces(field_selector=spec.nodeName=...)`."""
+
+    def __init__(self, core_api: Any, node: str, timeout: float = 10.0) -> None:
+        self._core = core_api
+        self._node = node
+        self._timeout = timeout
+
+    def pods_on_node(self) -> list[Pod]:
+        """The node's pods, raw (no client models: see extender/sources/kube_api.py for why)."""
+        response = self._core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={self._node}", _preload_content=False, _request_timeout=self._timeout
+        )
+        return list(orjson.loads(response.data).get("items") or [])
