@@ -9,10 +9,9 @@ link kind (SYS, NODE, PHB, PXB, PIX, X) is 0 here.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
-
-import orjson
 
 UNKNOWN_NUMA = -1  # DESIGN §6: a GPU whose NUMA affinity is N/A
 
@@ -39,7 +38,7 @@ class Topology:
 
     def to_annotation(self) -> str:
         """The annotation string: compact JSON, keys in DESIGN's order."""
-        return orjson.dumps(self.to_json()).decode()
+        return json.dumps(self.to_json(), separators=(",", ":"))
 
 
 def parse_topo_matrix(text: str) -> Topology:
