@@ -57,11 +57,11 @@ from extender.sources.events import Event, NodeDeleted, NodeUpserted, PodDeleted
 from extender.sources.kube_api import ClusterWriter
 from scoring.engine import Decision, Engine, reason_texts
 from scoring.facts import MigMode, NodeFacts, Placement
-from scoring.geometry import PLACEMENT_SHAPE, SHAPE_SIZE
 from scoring.inventory import Inventory, InventoryError
 from scoring.names import NameArray, RowReasons
 from scoring.policies import baseline
 from scoring.request import Kind, PodRequest, RequestError
+from scoring.usage import UsageTotals
 
 logger = logging.getLogger(__name__)
 decision_log = logging.getLogger("gpupack.decisions")
@@ -138,6 +138,7 @@ class ClusterState:
         self.settings = settings
         self.lock = threading.RLock()
         self.inventory = Inventory()
+        self.usage = UsageTotals(self.inventory)
         self.engine = Engine(self.inventory, settings.policy_spec())
         self.first_fit = Engine(self.inventory, baseline("first-fit"))
         self.book = ReservationBook(settings.reservation_ttl_seconds, clock)
@@ -683,8 +684,8 @@ class ClusterState:
                 pods=len(self._pods),
                 unplaced_pods=len(self._unplaced),
                 gpus_total=self.inventory.gpus_total(),
-                gpus_allocated=self.inventory.gpus_allocated(),
-                free_mig_slices=free_mig_slices(self.inventory),
+                gpus_allocated=self.usage.gpus_allocated(),
+                free_mig_slices=self.usage.free_mig_slices(),
                 reservations={state.value: n for state, n in self.book.counts().items()},
                 reservations_ended=dict(self.book.ended),
                 decisions=dict(self.decisions),
@@ -736,28 +737,6 @@ def normalise(scores: Sequence[float | None]) -> list[int]:
         else:
             out.append(round(10 * (s - low) / span))
     return out
-
-
-def free_mig_slices(inventory: Inventory) -> int:
-    """Free MIG memory slices: untouched slices of dynamic-MIG GPUs plus unused static instances."""
-    total = 0
-    for row in inventory.index.values():
-        mode = int(inventory.node_mig_mode[row])
-        if mode == MigMode.NONE:
-            continue
-        rows = inventory.gpu_rows(row)
-        if mode == MigMode.DYNAMIC:
-            slices = int(inventory.model_slices[int(inventory.node_model[row])])
-            usable = ~inventory.gpu_whole[rows] & (inventory.gpu_milli_free[rows] == 1000)
-            used = np.array([int(m).bit_count() for m in inventory.gpu_slices[rows]], dtype=np.int64)
-            total += int(((slices - used) * usable).sum())
-        else:
-            for instances, busy in zip(inventory.gpu_static[rows], inventory.gpu_static_used[rows], strict=True):
-                free = int(instances) & ~int(busy)
-                for pid in range(len(PLACEMENT_SHAPE)):
-                    if free >> pid & 1:
-                        total += int(SHAPE_SIZE[PLACEMENT_SHAPE[pid]])
-    return total
 
 
 def api_reason(exc: BaseException) -> str:

@@ -12,7 +12,6 @@ import numpy as np
 from scoring.facts import MigMode, NodeFacts, Placement
 from scoring.geometry import (
     PLACEMENT_ID,
-    PLACEMENT_SHAPE,
     SHAPE_COMPUTE,
     SHAPE_SIZE,
     resolve_profile,
@@ -437,30 +436,6 @@ class Inventory:
     def gpus_total(self) -> int:
         """GPUs on active nodes."""
         return int(self.node_gpu_count[: self.size][self.node_active[: self.size]].sum())
-
-    def gpus_allocated(self) -> float:
-        """GPUs in use, in whole-GPU units: shares count their fraction, MIG its compute slices."""
-        n = self.size
-        active = np.repeat(self.node_active[:n], MAX_GPUS)
-        counts = np.repeat(self.node_gpu_count[:n], MAX_GPUS)
-        present = active & (np.tile(np.arange(MAX_GPUS), n) < counts)
-        models = np.repeat(self.node_model[:n], MAX_GPUS)
-        total_compute = np.where(self.model_slices[models] == 4, 4, 7)
-        used = np.where(
-            self.gpu_whole[: n * MAX_GPUS],
-            1.0,
-            (FULL_MILLI - self.gpu_milli_free[: n * MAX_GPUS]) / FULL_MILLI,
-        )
-        used = used + self.gpu_compute[: n * MAX_GPUS] / total_compute
-        used = used + self._static_compute_used(n) / total_compute
-        return float(used[present].sum())
-
-    def _static_compute_used(self, n: int) -> np.ndarray:
-        used = self.gpu_static_used[: n * MAX_GPUS]
-        result = np.zeros(len(used), dtype=np.float64)
-        for pid in range(len(PLACEMENT_SHAPE)):
-            result += ((used >> pid) & 1) * SHAPE_COMPUTE[PLACEMENT_SHAPE[pid]]
-        return result
 
 
 def _is_instance(slices: int, starts: int, start: int, size: int) -> bool:

@@ -35,6 +35,7 @@ from scoring.mix import LearnedMix, default_prior, typical_mix
 from scoring.policies import POLICY_NAMES, GpupackArgs, GpupackWeights, PolicySpec, baseline, fgd, gpupack
 from scoring.reference import reference_decide
 from scoring.request import Kind, PodRequest
+from scoring.usage import UsageTotals
 
 # (product, MIG modes it is generated with)
 PRODUCTS: list[tuple[str, tuple[MigMode, ...]]] = [
@@ -260,10 +261,12 @@ def assert_same_arrays(
 
 
 class Ledger:
-    """Dynamic MIG instances committed per (node, GPU), to check they never overlap."""
+    """Dynamic MIG instances committed per (node, GPU), to check they never overlap, and the usage
+    read-outs kept beside the inventory, to check them after every change."""
 
-    def __init__(self) -> None:
+    def __init__(self, usage: UsageTotals) -> None:
         self.instances: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        self.usage = usage
 
     def apply(self, inv: Inventory, placement: Placement, sign: int) -> None:
         row = inv.index[placement.node]
@@ -313,6 +316,31 @@ def check_invariants(inv: Inventory, ledger: Ledger) -> None:
             assert compute == int(inv.gpu_compute[g]) <= compute_total
             if instances:
                 assert not inv.gpu_whole[g] and inv.gpu_milli_free[g] == FULL_MILLI
+    assert ledger.usage.free_mig_slices() == usage_one_by_one(inv)[1]
+    assert ledger.usage.gpus_allocated() == pytest.approx(usage_one_by_one(inv)[0])
+
+
+PLACEMENTS = range(len(PLACEMENT_SHAPE))
+
+
+def usage_one_by_one(inv: Inventory) -> tuple[float, int]:
+    """`UsageTotals`' GPUs allocated and free MIG slices, GPU by GPU in plain Python."""
+    allocated, free_mig = 0.0, 0
+    for row in inv.index.values():
+        mode = MigMode(int(inv.node_mig_mode[row]))
+        compute_total = int(inv.model_compute[int(inv.node_model[row])])
+        for g in range(row * MAX_GPUS, row * MAX_GPUS + int(inv.node_gpu_count[row])):
+            used_static = [SHAPES[int(PLACEMENT_SHAPE[p])] for p in PLACEMENTS if int(inv.gpu_static_used[g]) >> p & 1]
+            idle = int(inv.gpu_static[g]) & ~int(inv.gpu_static_used[g])
+            idle_static = [SHAPES[int(PLACEMENT_SHAPE[p])] for p in PLACEMENTS if idle >> p & 1]
+            compute = int(inv.gpu_compute[g]) + sum(shape.compute for shape in used_static)
+            share = 1.0 if inv.gpu_whole[g] else (FULL_MILLI - int(inv.gpu_milli_free[g])) / FULL_MILLI
+            allocated += share + compute / compute_total
+            if mode == MigMode.DYNAMIC and not inv.gpu_whole[g] and inv.gpu_milli_free[g] == FULL_MILLI:
+                free_mig += int(inv.model_slices[int(inv.node_model[row])]) - int(inv.gpu_slices[g]).bit_count()
+            elif mode == MigMode.STATIC:
+                free_mig += sum(shape.size for shape in idle_static)
+    return allocated, free_mig
 
 
 def assert_agree(engine: Engine, inv: Inventory, policy: PolicySpec, request: PodRequest, **kw: object) -> Decision:
@@ -360,12 +388,13 @@ def scenario(draw: st.DrawFn) -> tuple[list[NodeFacts], list[PodRequest], int]:
 def run_stream(policy: PolicySpec, nodes: list[NodeFacts], stream: list[PodRequest], seed: int) -> None:
     rng = random.Random(seed)
     inv = Inventory(capacity=2)  # small, so adding nodes exercises growth
+    ledger = Ledger(UsageTotals(inv))  # reads usage as nodes are added, changed and removed
     for facts in nodes:
         inv.add_node(facts)
+        ledger.usage.gpus_allocated()
     if len(nodes) > 1 and rng.random() < 0.3:  # an inactive row
         inv.remove_node(nodes[0].name)
     empty = snapshot(inv)
-    ledger = Ledger()
 
     def commit(placement: Placement) -> None:
         inv.commit(placement)  # must not raise for a fitting / decided placement
