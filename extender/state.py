@@ -56,7 +56,7 @@ from extender.settings import Settings
 from extender.sources.events import Event, NodeDeleted, NodeUpserted, PodDeleted, PodUpserted, Synced
 from extender.sources.kube_api import ClusterWriter
 from scoring.engine import Decision, Engine, reason_texts
-from scoring.facts import MigMode, NodeFacts, Placement
+from scoring.facts import Placement
 from scoring.inventory import Inventory, InventoryError
 from scoring.names import NameArray, RowReasons
 from scoring.policies import baseline
@@ -174,20 +174,10 @@ class ClusterState:
         return self._warm
 
     def warm_up(self) -> None:
-        """Run the kernels once on a tiny synthetic cluster so numba compiles before readiness."""
-        inventory = Inventory(2)
-        inventory.add_node(
-            NodeFacts("warm-up", 8000, 64 << 30, 110, "NVIDIA-H100-80GB-HBM3", 8, 81559, MigMode.DYNAMIC)
-        )
-        requests = (
-            PodRequest(1000, 1 << 30, Kind.WHOLE, gpus=2),
-            PodRequest(1000, 1 << 30, Kind.SHARE, milli=250),
-            PodRequest(1000, 1 << 30, Kind.MIG, mig=(("1g.10gb", 1),)),
-        )
-        for policy in (self.engine.policy, self.first_fit.policy):
-            engine = Engine(inventory, policy)
-            for request in requests:
-                engine.decide(request)
+        """Compile every kernel through the path real requests take (extender.warm_up), then be warm."""
+        from extender.warm_up import compile_kernels  # it drives the verbs, which import this module
+
+        compile_kernels(self.settings)
         self._warm = True
 
     # ================================================================== events
