@@ -11,6 +11,7 @@ WORKDIR /src
 COPY pyproject.toml README.m[d] ./
 COPY scoring/ scoring/
 COPY extender/ extender/
+COPY agent/ agent/
 COPY bench/ bench/
 RUN pip wheel --wheel-dir /wheels .
 

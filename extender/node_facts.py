@@ -256,7 +256,9 @@ def parse_topology(
     """(NVLink matrix, NUMA nodes) from a decoded `gpupack.io/gpu-topology`; ValueError on garbage.
 
     The matrix must be gpu_count x gpu_count and symmetric with counts 0..64 (the diagonal is
-    ignored); `numa` must have one non-negative entry per GPU. Either key may be absent.
+    ignored); `numa` must have one entry per GPU: a NUMA node, or -1 where it is unknown (as
+    `gpupack topology` writes N/A), and then the node's NUMA layout is unknown as a whole (no NUMA
+    preference, as when `numa` is absent). Either key may be absent.
     """
     if not isinstance(data, dict) or not set(data) <= {"nvlink", "numa"}:
         raise ValueError('must be a JSON object with keys "nvlink" and/or "numa"')
@@ -279,7 +281,9 @@ def parse_topology(
         entries = data["numa"]
         if not isinstance(entries, list) or len(entries) != gpu_count:
             raise ValueError(f"numa must list one NUMA node per GPU ({gpu_count})")
-        numa = _small_ints(entries, "numa", 1023)
+        known = [value for value in entries if value != -1]
+        _small_ints(known, "numa", 1023)
+        numa = tuple(known) if len(known) == gpu_count else None
     return nvlink, numa
 
 

@@ -43,10 +43,17 @@ def _docs(path: Path) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
 
 
+COMPONENT_FOLDERS = ("agent",)  # kustomizations of their own, listed by folder (the node agent's DaemonSet)
+
+
 def _manifest_files() -> list[Path]:
-    """The files `kubectl apply -k manifests/` applies (everything but the kustomization and examples)."""
+    """The files `kubectl apply -k manifests/` applies (everything but kustomizations and examples)."""
+    folders = [MANIFESTS, *(MANIFESTS / name for name in COMPONENT_FOLDERS)]
     return sorted(
-        p for p in MANIFESTS.glob("*.yaml") if p.name not in ("kustomization.yaml", "kustomization.yml")
+        p
+        for folder in folders
+        for p in folder.glob("*.yaml")
+        if p.name not in ("kustomization.yaml", "kustomization.yml")
     )
 
 
@@ -81,7 +88,9 @@ def _find(kind: str, name: str) -> dict[str, Any]:
 
 
 def _of_kind(kind: str) -> list[dict[str, Any]]:
-    return [obj for _, obj in _objects(_manifest_files()) if obj["kind"] == kind]
+    """The scheduler's objects of one kind (the agent's folder has its own tests: tests/agent/)."""
+    scheduler_files = [p for p in _manifest_files() if p.parent == MANIFESTS]
+    return [obj for _, obj in _objects(scheduler_files) if obj["kind"] == kind]
 
 
 def _scheduler_config() -> dict[str, Any]:
@@ -192,7 +201,8 @@ def test_kustomization_lists_every_manifest_and_no_example() -> None:
     assert kustomization["kind"] == "Kustomization"
     resources = kustomization["resources"]
     assert len(resources) == len(set(resources))
-    assert sorted(resources) == sorted(p.name for p in _manifest_files())
+    top_level = [p.name for p in _manifest_files() if p.parent == MANIFESTS]
+    assert sorted(resources) == sorted([*top_level, *COMPONENT_FOLDERS])
     assert not any(r.startswith("examples") for r in resources)
     assert "namespace" not in kustomization, "a kustomize namespace would move the kube-system RoleBinding"
 

@@ -342,6 +342,9 @@ def test_topology() -> None:
         allocatable={"nvidia.com/gpu": "2"}, annotations={"gpupack.io/gpu-topology": '{"numa": [0, 0]}'}
     )
     assert (facts_from_node(only_numa).nvlink, facts_from_node(only_numa).numa) == (None, (0, 0))
+    # -1 is N/A (as `gpupack topology` writes it): the node's NUMA layout is unknown, no preference
+    unknown = node(allocatable={"nvidia.com/gpu": "2"}, annotations={"gpupack.io/gpu-topology": '{"numa": [0, -1]}'})
+    assert facts_from_node(unknown).numa is None
 
 
 @pytest.mark.parametrize(
@@ -355,6 +358,7 @@ def test_topology() -> None:
         ({"nvlink": [[0, 1.5, 0], [1.5, 0, 0], [0, 0, 0]]}, "nvlink entry 1.5"),
         ({"numa": [0, 1]}, r"numa must list one NUMA node per GPU \(3\)"),
         ({"numa": [0, True, 1]}, "numa entry True"),
+        ({"numa": [0, -2, 1]}, "numa entry -2"),
         ({"nvlinks": []}, 'keys "nvlink" and/or "numa"'),
         ([], 'keys "nvlink" and/or "numa"'),
     ],
