@@ -1,0 +1,693 @@
+"""A real Kubernetes control plane on 127.0.0.1 with gpupack as kube-scheduler's extender (issue #12).
+
+`ControlPlane` starts etcd (Debian's `etcd-server`, from PATH), the upstream kube-apiserver and
+kube-scheduler v1.28.4 (from `$KUBE_BIN`, else unpacked once from `../shared/kube/*.xz` into the
+git-ignored `.cache/kube/` and checked against `SHA256SUMS`) and `gpupack serve --kubeconfig` as the
+extender. kube-scheduler runs the KubeSchedulerConfiguration that `manifests/scheduler-config.yaml`
+ships, with exactly three rewrites (`e2e_scheduler_config`): the kubeconfig path, the extender's port
+and leader election off. Facts behind the flags: `../shared/kube/README.md`.
+
+Used by `tests/e2e/` and meant for a throughput benchmark, so nothing here depends on pytest. Every
+process runs in its own process group and `stop()` kills all of them and removes the temporary folder,
+whatever state the start-up reached.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import copy
+import hashlib
+import lzma
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SCHEDULER_MANIFEST = REPO_ROOT / "manifests" / "scheduler-config.yaml"
+KUBE_CACHE = REPO_ROOT / ".cache" / "kube"
+KUBE_PROGRAMS = ("kube-apiserver", "kube-scheduler")
+HOST = "127.0.0.1"
+# The only fields of the shipped KubeSchedulerConfiguration that the e2e run may change.
+E2E_REWRITES = ("clientConnection.kubeconfig", "extenders[0].urlPrefix", "leaderElection.leaderElect")
+GET_BINARIES = (
+    "kube-apiserver and kube-scheduler come from ../shared/kube/*.xz (or a folder named by $KUBE_BIN, or "
+    "../shared elsewhere via $GPUPACK_SHARED); etcd: apt-get update && apt-get install -y etcd-server"
+)
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be set up or did not answer in time."""
+
+
+class MissingBinary(ControlPlaneError):
+    """A program the control plane needs is not there; the message says how to get it."""
+
+
+# ============================================================ binaries
+def shared_dir() -> Path:
+    """The `shared` folder beside the repository (`$GPUPACK_SHARED` overrides)."""
+    return Path(os.environ.get("GPUPACK_SHARED") or REPO_ROOT.parent / "shared")
+
+
+def kube_bin_dir() -> Path:
+    """The folder holding kube-apiserver and kube-scheduler: `$KUBE_BIN`, else the unpacked cache."""
+    folder = os.environ.get("KUBE_BIN")
+    if folder:
+        missing = [name for name in KUBE_PROGRAMS if not os.access(Path(folder) / name, os.X_OK)]
+        if missing:
+            raise MissingBinary(f"$KUBE_BIN={folder} lacks executable {', '.join(missing)}; {GET_BINARIES}")
+        return Path(folder)
+    return unpack_kube_binaries(shared_dir() / "kube", KUBE_CACHE)
+
+
+def unpack_kube_binaries(source: Path, cache: Path) -> Path:
+    """Unpack `source/<program>.xz` into `cache` once, checked against `source/SHA256SUMS`."""
+    sums_file = source / "SHA256SUMS"
+    if not sums_file.is_file():
+        raise MissingBinary(f"{sums_file} not found; {GET_BINARIES}")
+    expected = read_sha256sums(sums_file)
+    cache.mkdir(parents=True, exist_ok=True)
+    for name in KUBE_PROGRAMS:
+        target = cache / name
+        if name not in expected:
+            raise MissingBinary(f"{sums_file} has no sum for {name}")
+        if target.is_file() and sha256_of(target) == expected[name]:
+            continue
+        packed = source / f"{name}.xz"
+        if not packed.is_file():
+            raise MissingBinary(f"{packed} not found; {GET_BINARIES}")
+        _unpack(packed, target, expected[name])
+    return cache
+
+
+def read_sha256sums(path: Path) -> dict[str, str]:
+    """File name -> hex sum, from a `sha256sum` output file."""
+    sums: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            digest, name = line.split(maxsplit=1)
+            sums[name.lstrip("*")] = digest
+    return sums
+
+
+def sha256_of(path: Path) -> str:
+    """Hex SHA-256 of a file."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _unpack(packed: Path, target: Path, expected_sum: str) -> None:
+    """Decompress `packed` beside `target`, check its sum, make it executable and move it in place."""
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    digest = hashlib.sha256()
+    with lzma.open(packed, "rb") as source, partial.open("wb") as sink:
+        for block in iter(lambda: source.read(1 << 20), b""):
+            digest.update(block)
+            sink.write(block)
+    if digest.hexdigest() != expected_sum:
+        partial.unlink()
+        raise ControlPlaneError(f"{packed} unpacks to sha256 {digest.hexdigest()}, SHA256SUMS says {expected_sum}")
+    partial.chmod(0o755)
+    os.replace(partial, target)  # atomic: a concurrent run sees the old file or the whole new one
+
+
+def find_etcd() -> str:
+    """Path of `etcd` on PATH."""
+    found = shutil.which("etcd")
+    if found is None:
+        raise MissingBinary(f"etcd is not on PATH; {GET_BINARIES}")
+    return found
+
+
+# ============================================================ small helpers
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def http_status(url: str, context: ssl.SSLContext | None = None, timeout: float = 2.0) -> int | None:
+    """The HTTP status of GET `url`, None when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (OSError, urllib.error.URLError):
+        return None
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout: float, interval: float = 0.2) -> None:
+    """Call `check` until it is true; ControlPlaneError naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise ControlPlaneError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+# ============================================================ processes
+class Process:
+    """A program in its own process group, its output in a log file; kill() takes the whole group."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, cwd: Path | None = None) -> None:
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.cwd = cwd
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Process:
+        """Start the program, appending its stdout and stderr to the log file."""
+        with self.log_path.open("ab") as log:
+            self.popen = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.cwd,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,
+            )
+        return self
+
+    def running(self) -> bool:
+        """True while the program has not exited."""
+        return self.popen is not None and self.popen.poll() is None
+
+    def kill(self, sig: signal.Signals = signal.SIGKILL, grace: float = 5.0) -> None:
+        """Send `sig` to the process group, then SIGKILL whatever is left after `grace` seconds."""
+        if self.popen is None:
+            return
+        for signum in (sig, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signum)
+            try:
+                self.popen.wait(timeout=grace)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        self.popen = None
+
+    def log_text(self) -> str:
+        """Everything the program wrote so far (all its runs)."""
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def check_alive(self) -> None:
+        """ControlPlaneError with the log's tail when the program has exited."""
+        if not self.running():
+            tail = "\n".join(self.log_text().splitlines()[-30:])
+            raise ControlPlaneError(f"{self.name} exited; last lines of its log:\n{tail}")
+
+
+# ============================================================ certificates and kubeconfig
+@dataclass(frozen=True)
+class Certificates:
+    """PEM files for kube-apiserver and its admin client."""
+
+    ca_cert: Path
+    serving_cert: Path
+    serving_key: Path
+    admin_cert: Path
+    admin_key: Path
+    service_account_key: Path
+    service_account_pub: Path
+
+
+def make_certificates(folder: Path) -> Certificates:
+    """A CA, a serving cert for 127.0.0.1, an admin client cert (system:masters) and a SA key pair."""
+    folder.mkdir(parents=True, exist_ok=True)
+    certs = Certificates(
+        *(
+            folder / name
+            for name in ("ca.crt", "apiserver.crt", "apiserver.key", "admin.crt", "admin.key", "sa.key", "sa.pub")
+        )
+    )
+    ca_key = folder / "ca.key"
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=gpupack-e2e-ca",
+        "-keyout",
+        str(ca_key),
+        "-out",
+        str(certs.ca_cert),
+    )
+    extensions = folder / "serving.ext"
+    extensions.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
+    _signed_cert(folder, "/CN=kube-apiserver", certs.serving_key, certs.serving_cert, ca_key, certs, extensions)
+    client_ext = folder / "client.ext"
+    client_ext.write_text("extendedKeyUsage=clientAuth\n")
+    _signed_cert(folder, "/O=system:masters/CN=admin", certs.admin_key, certs.admin_cert, ca_key, certs, client_ext)
+    _openssl("genrsa", "-out", str(certs.service_account_key), "2048")
+    _openssl("rsa", "-in", str(certs.service_account_key), "-pubout", "-out", str(certs.service_account_pub))
+    return certs
+
+
+def _signed_cert(
+    folder: Path, subject: str, key: Path, cert: Path, ca_key: Path, certs: Certificates, extensions: Path
+) -> None:
+    """A key and a certificate for `subject`, signed by the CA."""
+    request = folder / f"{key.stem}.csr"
+    _openssl(
+        "req", "-new", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", str(key), "-out", str(request)
+    )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(request),
+        "-CA",
+        str(certs.ca_cert),
+        "-CAkey",
+        str(ca_key),
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        str(extensions),
+        "-out",
+        str(cert),
+    )
+
+
+def _openssl(*args: str) -> None:
+    """Run openssl; ControlPlaneError with its output when it fails."""
+    if shutil.which("openssl") is None:
+        raise MissingBinary("openssl is not on PATH (apt-get install -y openssl)")
+    done = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ControlPlaneError(f"openssl {args[0]} failed: {done.stderr.strip()}")
+
+
+def write_kubeconfig(path: Path, server: str, certs: Certificates) -> Path:
+    """A kubeconfig for the admin client of `server`."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "e2e", "cluster": {"server": server, "certificate-authority": str(certs.ca_cert)}}],
+        "users": [
+            {"name": "admin", "user": {"client-certificate": str(certs.admin_cert), "client-key": str(certs.admin_key)}}
+        ],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "admin"}}],
+        "current-context": "e2e",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+# ============================================================ the scheduler configuration
+def shipped_scheduler_config(manifest: Path = SCHEDULER_MANIFEST) -> dict[str, Any]:
+    """The KubeSchedulerConfiguration that `manifests/` ships (the ConfigMap's `data["config.yaml"]`)."""
+    for document in yaml.safe_load_all(manifest.read_text()):
+        if document and document.get("kind") == "ConfigMap":
+            return yaml.safe_load(document["data"]["config.yaml"])
+    raise ControlPlaneError(f"{manifest} holds no ConfigMap")
+
+
+def e2e_scheduler_config(shipped: Mapping[str, Any], kubeconfig: Path, extender_port: int) -> dict[str, Any]:
+    """`shipped` with the three rewrites of E2E_REWRITES and nothing else changed."""
+    config = copy.deepcopy(dict(shipped))
+    config.setdefault("clientConnection", {})["kubeconfig"] = str(kubeconfig)
+    extender = config["extenders"][0]
+    url = urlsplit(extender["urlPrefix"])
+    extender["urlPrefix"] = urlunsplit(url._replace(netloc=f"{url.hostname}:{extender_port}"))
+    config.setdefault("leaderElection", {})["leaderElect"] = False
+    return config
+
+
+def write_scheduler_config(path: Path, kubeconfig: Path, extender_port: int) -> Path:
+    """Write `e2e_scheduler_config` of the shipped configuration to `path` (what kube-scheduler runs)."""
+    config = e2e_scheduler_config(shipped_scheduler_config(), kubeconfig, extender_port)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+# ============================================================ the control plane
+class ControlPlane:
+    """etcd, kube-apiserver, kube-scheduler and `gpupack serve` on 127.0.0.1; a context manager."""
+
+    def __init__(self, kube_bin: Path | None = None, etcd: str | None = None, verbosity: int = 2) -> None:
+        self.kube_bin = kube_bin or kube_bin_dir()
+        self.etcd_program = etcd or find_etcd()
+        self.verbosity = verbosity
+        self.workdir = Path(tempfile.mkdtemp(prefix="gpupack-e2e-"))
+        self.apiserver_port = free_port()
+        self.scheduler_port = free_port()
+        self.gpupack_port = free_port()
+        self.etcd: Process | None = None
+        self.apiserver: Process | None = None
+        self.scheduler: Process | None = None
+        self.gpupack: Process | None = None
+        self.certs: Certificates | None = None
+        self.kubeconfig = self.workdir / "kubeconfig"
+        self.scheduler_config_path = self.workdir / "scheduler-config.yaml"
+        self._api_client: Any = None
+
+    # ------------------------------------------------ lifecycle
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> ControlPlane:
+        """Start everything and wait until each part answers; stops what started if one fails."""
+        atexit.register(self.stop)
+        try:
+            self.certs = make_certificates(self.workdir / "pki")
+            write_kubeconfig(self.kubeconfig, f"https://{HOST}:{self.apiserver_port}", self.certs)
+            self.start_etcd()
+            self.start_apiserver()
+            self.start_gpupack()
+            self.write_scheduler_config()
+            self.start_scheduler()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Kill every process group and remove the temporary folder (safe to call twice)."""
+        for process in (self.scheduler, self.gpupack, self.apiserver, self.etcd):
+            if process is not None:
+                process.kill(signal.SIGTERM, grace=3.0)
+        if self._api_client is not None:
+            with contextlib.suppress(Exception):
+                self._api_client.close()
+            self._api_client = None
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        atexit.unregister(self.stop)
+
+    # ------------------------------------------------ etcd and kube-apiserver
+    def start_etcd(self) -> None:
+        """etcd with a data folder under the work folder, client and peer URLs on free ports."""
+        client_url, peer_url = f"http://{HOST}:{free_port()}", f"http://{HOST}:{free_port()}"
+        self.etcd_url = client_url
+        argv = [
+            self.etcd_program,
+            "--name=e2e",
+            f"--data-dir={self.workdir / 'etcd'}",
+            f"--listen-client-urls={client_url}",
+            f"--advertise-client-urls={client_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=e2e={peer_url}",
+            "--log-level=warn",
+            "--logger=zap",
+        ]
+        self.etcd = self._process("etcd", argv).start()
+        self._wait_http("etcd", f"{client_url}/health", self.etcd, timeout=60)
+
+    def start_apiserver(self) -> None:
+        """kube-apiserver over etcd, RBAC, no ServiceAccount admission; waits for /readyz."""
+        certs = self._certs()
+        argv = [
+            str(self.kube_bin / "kube-apiserver"),
+            f"--etcd-servers={self.etcd_url}",
+            f"--bind-address={HOST}",
+            f"--advertise-address={HOST}",
+            f"--secure-port={self.apiserver_port}",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            f"--cert-dir={self.workdir / 'apiserver-certs'}",
+            f"--tls-cert-file={certs.serving_cert}",
+            f"--tls-private-key-file={certs.serving_key}",
+            f"--client-ca-file={certs.ca_cert}",
+            f"--service-account-key-file={certs.service_account_pub}",
+            f"--service-account-signing-key-file={certs.service_account_key}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            "--authorization-mode=RBAC",
+            "--disable-admission-plugins=ServiceAccount",
+            "--profiling=false",
+            "--v=1",
+        ]
+        self.apiserver = self._process("kube-apiserver", argv).start()
+        self._wait_http("kube-apiserver", f"{self.apiserver_url}/readyz", self.apiserver, self.client_ssl(), 120)
+
+    @property
+    def apiserver_url(self) -> str:
+        """https://127.0.0.1:PORT of kube-apiserver."""
+        return f"https://{HOST}:{self.apiserver_port}"
+
+    def client_ssl(self) -> ssl.SSLContext:
+        """TLS context that trusts the CA and presents the admin client certificate."""
+        certs = self._certs()
+        context = ssl.create_default_context(cafile=str(certs.ca_cert))
+        context.load_cert_chain(str(certs.admin_cert), str(certs.admin_key))
+        return context
+
+    # ------------------------------------------------ gpupack
+    def start_gpupack(self, timeout: float = 180) -> None:
+        """`gpupack serve --kubeconfig` on its port (the same one on every restart); waits for /readyz."""
+        argv = [
+            sys.executable,
+            "-m",
+            "extender.cli",
+            "serve",
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--host",
+            HOST,
+            "--port",
+            str(self.gpupack_port),
+        ]
+        self.gpupack = self._process("gpupack", argv, cwd=REPO_ROOT).start()
+        self._wait_http("gpupack", f"http://{HOST}:{self.gpupack_port}/readyz", self.gpupack, timeout=timeout)
+
+    def kill_gpupack(self) -> None:
+        """SIGKILL gpupack (no chance to clean up)."""
+        if self.gpupack is not None:
+            self.gpupack.kill()
+
+    def restart_gpupack(self) -> None:
+        """SIGKILL gpupack, then start it again; it rebuilds its state from the API server."""
+        self.kill_gpupack()
+        self.start_gpupack()
+
+    def gpupack_log(self) -> str:
+        """What gpupack wrote, all runs."""
+        return self.gpupack.log_text() if self.gpupack else ""
+
+    def gpupack_metric(self, name: str) -> float | None:
+        """The value of an unlabelled gpupack metric from /metrics, None when absent or unreachable."""
+        try:
+            with urllib.request.urlopen(f"http://{HOST}:{self.gpupack_port}/metrics", timeout=5) as response:
+                text = response.read().decode()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            if line.startswith(f"{name} "):
+                return float(line.split()[1])
+        return None
+
+    # ------------------------------------------------ kube-scheduler
+    def write_scheduler_config(self) -> Path:
+        """Write the shipped configuration with the e2e rewrites for this control plane."""
+        return write_scheduler_config(self.scheduler_config_path, self.kubeconfig, self.gpupack_port)
+
+    def start_scheduler(self, timeout: float = 90) -> None:
+        """kube-scheduler with `--config` (the shipped configuration, rewritten); waits for /healthz."""
+        argv = [
+            str(self.kube_bin / "kube-scheduler"),
+            f"--config={self.scheduler_config_path}",
+            f"--bind-address={HOST}",
+            f"--secure-port={self.scheduler_port}",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+            f"--v={self.verbosity}",
+        ]
+        self.scheduler = self._process("kube-scheduler", argv).start()
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE  # kube-scheduler serves a self-signed certificate on loopback
+        self._wait_http(
+            "kube-scheduler", f"https://{HOST}:{self.scheduler_port}/healthz", self.scheduler, insecure, timeout
+        )
+
+    def kill_scheduler(self) -> None:
+        """SIGKILL kube-scheduler."""
+        if self.scheduler is not None:
+            self.scheduler.kill()
+
+    def restart_scheduler(self) -> None:
+        """SIGKILL kube-scheduler, then start it again."""
+        self.kill_scheduler()
+        self.start_scheduler()
+
+    def scheduler_log(self) -> str:
+        """What kube-scheduler wrote, all runs."""
+        return self.scheduler.log_text() if self.scheduler else ""
+
+    # ------------------------------------------------ the official kubernetes client
+    def api_client(self) -> Any:
+        """One `kubernetes.client.ApiClient` for the admin user (made on first use)."""
+        if self._api_client is None:
+            from kubernetes import client, config
+
+            configuration = client.Configuration()
+            config.load_kube_config(config_file=str(self.kubeconfig), client_configuration=configuration)
+            configuration.connection_pool_maxsize = 16
+            self._api_client = client.ApiClient(configuration)
+        return self._api_client
+
+    def core(self) -> Any:
+        """`kubernetes.client.CoreV1Api` on the admin client."""
+        from kubernetes import client
+
+        return client.CoreV1Api(self.api_client())
+
+    def create_namespace(self, name: str) -> None:
+        """Create a namespace."""
+        self.core().create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+    def create_node(self, body: Mapping[str, Any]) -> None:
+        """Create a Node (its `.status` is kept) and merge-patch away the not-ready taint the API server adds."""
+        core = self.core()
+        created = core.create_node(dict(body))
+        taints = [t for t in (created.spec.taints or []) if t.key != NOT_READY_TAINT]
+        kept = [core.api_client.sanitize_for_serialization(t) for t in taints]
+        core.patch_node(
+            created.metadata.name, {"spec": {"taints": kept or None}}, _content_type="application/merge-patch+json"
+        )
+
+    def create_nodes(self, bodies: Iterable[Mapping[str, Any]], threads: int = 8) -> None:
+        """Create many nodes from a few client threads."""
+        _in_parallel(self.create_node, bodies, threads)
+
+    def delete_node(self, name: str) -> None:
+        """Delete a node now."""
+        self.core().delete_node(name, grace_period_seconds=0)
+
+    def create_pod(self, namespace: str, body: Mapping[str, Any]) -> None:
+        """Create a pod in `namespace`."""
+        self.core().create_namespaced_pod(namespace, dict(body))
+
+    def create_pods(self, namespace: str, bodies: Iterable[Mapping[str, Any]], threads: int = 8) -> None:
+        """Create many pods from a few client threads."""
+        _in_parallel(lambda body: self.create_pod(namespace, body), bodies, threads)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete one pod at once (no kubelet would ever confirm a graceful deletion)."""
+        self.core().delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+
+    def delete_pods(self, namespace: str) -> None:
+        """Delete every pod of `namespace` at once (no kubelet would ever confirm a graceful deletion)."""
+        self.core().delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+
+    # ------------------------------------------------ internals
+    def _certs(self) -> Certificates:
+        if self.certs is None:
+            raise ControlPlaneError("certificates are made by start()")
+        return self.certs
+
+    def _process(self, name: str, argv: list[str], cwd: Path | None = None) -> Process:
+        return Process(name, argv, self.workdir / f"{name}.log", cwd)
+
+    def _wait_http(
+        self, what: str, url: str, process: Process, context: ssl.SSLContext | None = None, timeout: float = 60
+    ) -> None:
+        """Wait until `url` answers 200, failing early (with the log) if `process` exits."""
+
+        def ready() -> bool:
+            process.check_alive()
+            return http_status(url, context) == 200
+
+        wait_until(f"{what} at {url}", ready, timeout)
+
+
+def _in_parallel(work: Callable[[Any], None], items: Iterable[Any], threads: int) -> None:
+    """Run `work` on every item from `threads` threads; re-raises the first failure."""
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for future in [pool.submit(work, item) for item in items]:
+            future.result()
+
+
+# ============================================================ object builders
+def node_body(
+    name: str,
+    allocatable: Mapping[str, str | int],
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A Node with `allocatable` (also its capacity) and a Ready condition, as a kubelet would report it."""
+    resources = {"cpu": "64", "memory": "512Gi", "pods": "250", **{k: str(v) for k, v in allocatable.items()}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+            "annotations": dict(annotations or {}),
+        },
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "e2e"}],
+        },
+    }
+
+
+def pod_body(
+    name: str,
+    limits: Mapping[str, str | int],
+    annotations: Mapping[str, str] | None = None,
+    node_affinity: Mapping[str, list[str]] | None = None,
+    scheduler_name: str = "gpupack",
+) -> dict[str, Any]:
+    """A one-container pod with `limits` (requests default to them), for `scheduler_name`.
+
+    `node_affinity` maps a label key to the values one of which the node must carry (required affinity).
+    """
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler_name,
+        "containers": [
+            {
+                "name": "main",
+                "image": "registry.invalid/gpupack-e2e:0",
+                "resources": {
+                    "requests": {"cpu": "100m", "memory": "128Mi"},
+                    "limits": {k: str(v) for k, v in limits.items()},
+                },
+            }
+        ],
+    }
+    if node_affinity:
+        terms = [{"key": key, "operator": "In", "values": list(values)} for key, values in node_affinity.items()]
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": terms}]}
+            }
+        }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": dict(annotations or {})},
+        "spec": spec,
+    }
