@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test e2e lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,11 @@ run: $(STAMP)
 	$(VENV)/bin/gpupack serve --cluster-file manifests/examples/cluster.yaml
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest --ignore=tests/e2e
+
+# etcd, the real kube-apiserver and kube-scheduler (../shared/kube, or $$KUBE_BIN) and gpupack serve
+e2e: $(STAMP)
+	$(PY) -m pytest tests/e2e
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -25,4 +29,4 @@ bench: $(STAMP)
 	$(VENV)/bin/gpupack bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .cache
