@@ -61,6 +61,7 @@ class SoakConfig:
     client_processes: int = 1
     seed: int = 1
     max_seconds: float = 1200.0
+    scrape_interval: float | None = None  # seconds between GET /metrics from a client process (0: back to back)
 
     def live_target(self) -> int:
         """Bound pods at steady state: about half the GPUs in use, reached within the first ~40 % of calls."""
@@ -155,11 +156,27 @@ def pod_object(i: int, rng: random.Random) -> dict[str, Any]:
 
 
 def client_process(
-    port: int, threads: int, names: list[str], candidates: int, work: Any, results: Any, seed: int
+    port: int,
+    threads: int,
+    names: list[str],
+    candidates: int,
+    work: Any,
+    results: Any,
+    seed: int,
+    scrape_interval: float | None = None,
 ) -> None:
-    """Run `threads` kube-scheduler-like loops; each work item is one pod (filter, maybe prioritize, bind)."""
-    latencies: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": []}
+    """Run `threads` kube-scheduler-like loops; each work item is one pod (filter, maybe prioritize, bind).
+
+    With `scrape_interval`, one more thread scrapes `/metrics` every that many seconds until the loops end.
+    """
+    latencies: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": [], "metrics": []}
     lock = threading.Lock()
+    done = threading.Event()
+
+    def scrape() -> None:
+        connection = Connection(port)
+        while not done.wait(scrape_interval or 0):
+            connection.get("metrics", latencies["metrics"])
 
     def loop(index: int) -> None:
         rng = random.Random(seed * 1000 + index)
@@ -177,10 +194,14 @@ def client_process(
                 latencies[verb].extend(values)
 
     pool = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
-    for thread in pool:
+    scraper = threading.Thread(target=scrape) if scrape_interval is not None else None
+    for thread in [*pool, *([scraper] if scraper else [])]:
         thread.start()
     for thread in pool:
         thread.join()
+    done.set()
+    if scraper is not None:
+        scraper.join()
     results.put(("latencies", "", 0, {verb: np.asarray(v, dtype=np.float32) for verb, v in latencies.items()}))
 
 
@@ -191,6 +212,16 @@ class Connection:
         self._http = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         self._http.connect()
         self._http.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def get(self, path: str, latencies: list[float]) -> None:
+        """GET /`path`, timed; RuntimeError unless it answers 200."""
+        started = time.perf_counter()
+        self._http.request("GET", f"/{path}")
+        response = self._http.getresponse()
+        response.read()
+        latencies.append((time.perf_counter() - started) * 1000)
+        if response.status != 200:
+            raise RuntimeError(f"{path}: HTTP {response.status}")
 
     def post(self, verb: str, body: bytes, latencies: dict[str, list[float]]) -> Any:
         started = time.perf_counter()
@@ -303,7 +334,9 @@ def run(config: SoakConfig, log: Any = None) -> SoakResult:
         children = [
             context.Process(
                 target=client_process,
-                args=(port, threads, names, config.candidates, work, results, config.seed + i),
+                args=(
+                    port, threads, names, config.candidates, work, results, config.seed + i, scrape_interval(config, i)
+                ),
                 daemon=True,
             )
             for i, threads in enumerate(per_process)
@@ -316,6 +349,11 @@ def run(config: SoakConfig, log: Any = None) -> SoakResult:
             child.join(60)
     violations = check_invariants(state, source, nodes)
     return driver.result(config, violations)
+
+
+def scrape_interval(config: SoakConfig, process: int) -> float | None:
+    """The first client process scrapes /metrics when the config asks for it."""
+    return config.scrape_interval if process == 0 else None
 
 
 def split(total: int, parts: int) -> list[int]:
@@ -340,7 +378,7 @@ class Driver:
         self.calls = 0
         self.issued = 0
         self.outstanding = 0
-        self.latencies: dict[str, list[np.ndarray]] = {"filter": [], "prioritize": [], "bind": []}
+        self.latencies: dict[str, list[np.ndarray]] = {"filter": [], "prioritize": [], "bind": [], "metrics": []}
         self.rss: dict[str, float] = {"start": rss_mib()}
         self.warm_calls = 0
         self.started = time.perf_counter()
@@ -557,6 +595,7 @@ def markdown(result: SoakResult) -> str:
         f"- RSS: {result.rss_mib.get('after_warm_up', 0):.1f} MiB after warm-up "
         f"({result.warmed_up_after_calls:,} calls), {result.rss_mib.get('end', 0):.1f} MiB at the end: "
         f"{result.rss_growth_pct:+.1f} % (limit +{RSS_GROWTH_LIMIT * 100:.0f} %)",
+        *scrape_line(c.get("scrape_interval")),
         f"- verdict: **{'pass' if result.ok else 'FAIL'}**",
         "",
         "| verb | calls | p50 ms | p99 ms | max ms |",
@@ -566,6 +605,14 @@ def markdown(result: SoakResult) -> str:
         lines.append(f"| {verb} | {row['count']:,} | {row['p50']:.2f} | {row['p99']:.2f} | {row['max']:.1f} |")
     lines += ["", "```json", json.dumps(asdict(result), indent=2), "```", ""]
     return "\n".join(lines)
+
+
+def scrape_line(interval: float | None) -> list[str]:
+    """The report line saying how /metrics was scraped during the run (none when it was not)."""
+    if interval is None:
+        return []
+    how = "back to back" if interval == 0 else f"every {interval:g} s"
+    return [f"- `/metrics` scraped {how} by one more client thread during the whole run (the `metrics` row)"]
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[SoakConfig, Path]:
@@ -578,6 +625,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[SoakConfig, Path]:
     parser.add_argument("--client-processes", type=int, default=1, help="processes the clients run in")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--max-seconds", type=float, default=1200.0, help="stop feeding pods after this")
+    parser.add_argument("--scrape-interval", type=float, help="GET /metrics every S seconds meanwhile (0: nonstop)")
     parser.add_argument("--quick", action="store_true", help="2000 calls, 8 clients, 200 nodes (a smoke test)")
     parser.add_argument("--out", default="bench/results/soak.md", help="markdown report (JSON beside it)")
     args = parser.parse_args(argv)
@@ -590,6 +638,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[SoakConfig, Path]:
         client_processes=args.client_processes,
         seed=args.seed,
         max_seconds=args.max_seconds,
+        scrape_interval=args.scrape_interval,
     )
     return config, Path(args.out)
 

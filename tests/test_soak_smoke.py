@@ -18,13 +18,15 @@ from scoring.facts import GpuSlot, Placement
 def test_quick_soak_has_no_errors_and_no_violations(tmp_path: Path) -> None:
     started = time.perf_counter()
     out = tmp_path / "soak.md"
-    assert main(["--calls", "2000", "--clients", "8", "--nodes", "200", "--out", str(out)]) == 0
+    scraping = ["--scrape-interval", "0"]
+    assert main(["--calls", "2000", "--clients", "8", "--nodes", "200", *scraping, "--out", str(out)]) == 0
     assert time.perf_counter() - started < 30
     result = json.loads(out.with_suffix(".json").read_text())
     assert result["errors"] == 0 and result["violations"] == 0 and result["ok"]
     assert result["calls"] >= 2000 and not result["stopped_early"]
     assert result["pods"]["bound"] > 500 and result["pods"]["bound_at_end"] == result["config"]["live"]
-    assert set(result["latency_ms"]) == {"filter", "prioritize", "bind"}
+    assert set(result["latency_ms"]) == {"filter", "prioritize", "bind", "metrics"}  # scraped nonstop meanwhile
+    assert result["latency_ms"]["metrics"]["count"] > 10
     assert result["rss_mib"]["after_warm_up"] > 0 and result["warmed_up_after_calls"] > 0
     text = out.read_text()
     assert text.startswith("## Soak") and "| filter |" in text and "```json" in text
