@@ -88,4 +88,9 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily(
             "gpupack_pods_unplaced", "Bound pods that hold no capacity yet.", value=snap.unplaced_pods
         )
+        yield GaugeMetricFamily(
+            "gpupack_pods_unreadable",
+            "Bound pods whose request gpupack cannot read, charged all they can be using on their node.",
+            value=snap.unreadable_pods,
+        )
         yield GaugeMetricFamily("gpupack_ready", "1 when synced and warmed up.", value=int(snap.synced and snap.warm))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from extender.keys import (
@@ -52,6 +53,21 @@ _SLOT_KEYS = ({"index"}, {"index", "milli"}, {"index", "mig", "start"})
 
 class AssignmentError(ValueError):
     """A `gpupack.io/assignment` annotation that is malformed or does not match the pod's request."""
+
+
+@dataclass(frozen=True)
+class UnreadableCharge:
+    """What a bound pod whose request gpupack cannot read is charged: never less than it can be using.
+
+    CPU and memory as parsed when they parse, else None: all that is free on its node. `all_gpus`:
+    it asks for some GPU resource (or its resources cannot be read at all), so every free GPU of
+    its node is charged, since which devices it got is unknown.
+    """
+
+    reason: str
+    cpu_milli: int | None
+    memory_bytes: int | None
+    all_gpus: bool
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
@@ -92,6 +108,18 @@ def request_from_pod(pod: Mapping[str, Any]) -> PodRequest:
         mig=mig,
         allowed_products=allowed_products(spec),
         interruptible=isinstance(interruptible, str) and interruptible.lower() == "true",
+    )
+
+
+def unreadable_charge(pod: Mapping[str, Any], reason: str) -> UnreadableCharge:
+    """The conservative charge of a bound pod whose `request_from_pod` raised RequestError `reason`."""
+    try:
+        totals = pod_amounts(_mapping(pod.get("spec"), "spec"))
+    except RequestError:
+        return UnreadableCharge(reason, None, None, all_gpus=True)
+    gpu_amounts = [amount for name, amount in totals.items() if name not in (RESOURCE_CPU, RESOURCE_MEMORY)]
+    return UnreadableCharge(
+        reason, totals.get(RESOURCE_CPU, 0), totals.get(RESOURCE_MEMORY, 0), all_gpus=any(gpu_amounts)
     )
 
 

@@ -11,7 +11,10 @@ Pods — how a bound, non-terminal pod consumes capacity (also the rule after a 
    takes exactly that placement. A CPU-only pod takes its CPU, memory and one pod slot.
 2. Otherwise — a GPU pod bound by another scheduler (no assignment), or an assignment that is
    malformed, names another node, or claims GPU capacity already in use (forged or stale) — the pod
-   takes a placement chosen on its bound node by the first-fit policy restricted to that node.
+   takes a placement chosen on its bound node by the first-fit policy restricted to that node. A
+   pod whose request gpupack cannot read (mixed kinds, `gpu-milli: 1000`, ...: refused for
+   scheduling) is charged all it can be using there (`UnreadableCharge`): its CPU and memory as
+   parsed, else all that is free, and every free GPU, slice and share of its node (#13).
 3. Nothing is ever double-booked and capacity in use is never freed: a placement is only committed
    when the inventory accepts it, a pod keeps its committed placement for as long as it lives on that
    node (a later change of its annotation does not move it), and a pod that fits nowhere on its node
@@ -50,7 +53,15 @@ import orjson
 
 from extender.keys import ANNOTATION_ASSIGNMENT
 from extender.node_facts import NodeFactsError, facts_from_node, node_is_schedulable, node_name
-from extender.pod_request import AssignmentError, assignment_from_pod, pod_key, pod_uid, request_from_pod
+from extender.pod_request import (
+    AssignmentError,
+    UnreadableCharge,
+    assignment_from_pod,
+    pod_key,
+    pod_uid,
+    request_from_pod,
+    unreadable_charge,
+)
 from extender.reservations import Clock, Reservation, ReservationBook, ReservationState
 from extender.settings import Settings
 from extender.sources.events import Event, NodeDeleted, NodeUpserted, PodDeleted, PodUpserted, Synced
@@ -93,7 +104,8 @@ class PodRecord:
     annotation: str | None  # raw gpupack.io/assignment
     claimed: Placement | None  # the annotation's placement when valid for this pod and node
     placement: Placement | None = None
-    how: str = ""  # assignment | cpu | first-fit | reservation
+    how: str = ""  # assignment | cpu | first-fit | reservation | unreadable
+    unreadable: UnreadableCharge | None = None  # set when the request cannot be read (then `request` is empty)
 
 
 @dataclass
@@ -114,6 +126,7 @@ class Snapshot:
     bad_nodes: int
     pods: int
     unplaced_pods: int
+    unreadable_pods: int
     gpus_total: int
     gpus_allocated: float
     free_mig_slices: int
@@ -149,6 +162,7 @@ class ClusterState:
         self._pods: dict[str, PodRecord] = {}
         self._by_node: dict[str, set[str]] = {}
         self._unplaced: set[str] = set()
+        self._unreadable: set[str] = set()  # bound pods charged conservatively (UnreadableCharge)
         self._seen: OrderedDict[str, tuple[str, PodRequest]] = OrderedDict()
         self._pending: OrderedDict[str, tuple[str, PodRequest]] = OrderedDict()  # unbound GPU pods
         self._synced = False
@@ -293,29 +307,42 @@ class ClusterState:
             if existing.placement is None and self._synced:
                 self._take(existing)
             return  # a bound pod never moves: its capacity stays where it is
-        try:
-            request = request_from_pod(pod)
-        except RequestError as exc:
-            logger.warning("bound pod %s holds nothing: its request is unreadable: %s", key, exc)
-            return
-        claimed = None
-        try:
-            claimed = assignment_from_pod(pod, request)
-        except AssignmentError as exc:
-            logger.warning("%s; placing it first-fit on %s", exc, node)
+        record = self._bound_record(pod, uid, key, node, annotation)
         if existing is not None:
             self._drop(existing)
-        record = PodRecord(uid, key, node, request, annotation, claimed)
         self._pods[uid] = record
         self._by_node.setdefault(node, set()).add(uid)
+        if record.unreadable is not None:
+            self._unreadable.add(uid)
         reservation = self.book.get(uid)
         if reservation is not None:
-            if reservation.node == node and claimed == reservation.placement:
+            if reservation.node == node and record.claimed == reservation.placement:
                 self.book.confirm(uid)
                 record.placement, record.how = reservation.placement, "reservation"
                 return
             self._release(self.book.forget(uid, "bound otherwise"))
         self._take(record)
+
+    def _bound_record(
+        self, pod: Mapping[str, Any], uid: str, key: str, node: str, annotation: str | None
+    ) -> PodRecord:
+        """The record of a newly seen bound pod: its request and valid claim, or, when its request is
+        unreadable, the conservative charge that stands in for it (logged here, once per pod)."""
+        try:
+            request = request_from_pod(pod)
+        except RequestError as exc:
+            logger.warning(
+                "bound pod %s on %s: its request is unreadable (%s); charging it all it can be using there",
+                key, node, exc,
+            )  # fmt: skip
+            charge = unreadable_charge(pod, str(exc))
+            return PodRecord(uid, key, node, PodRequest(), annotation, None, unreadable=charge)
+        claimed = None
+        try:
+            claimed = assignment_from_pod(pod, request)
+        except AssignmentError as exc:
+            logger.warning("%s; placing it first-fit on %s", exc, node)
+        return PodRecord(uid, key, node, request, annotation, claimed)
 
     def _remember_pending(self, uid: str, key: str, pod: Mapping[str, Any]) -> None:
         """Keep an unbound GPU pod's request, so a bind arriving after a restart can be re-decided."""
@@ -349,6 +376,7 @@ class ClusterState:
             if not on_node:
                 del self._by_node[record.node]
         self._unplaced.discard(record.uid)
+        self._unreadable.discard(record.uid)
         if record.placement is not None:
             self._give_back(record.placement)
 
@@ -373,7 +401,7 @@ class ClusterState:
             return False
         if record.claimed is not None:
             exact, how = record.claimed, "assignment"
-        elif record.request.kind == Kind.NONE:
+        elif record.request.kind == Kind.NONE and record.unreadable is None:
             exact, how = (
                 Placement(record.node, (), record.request.cpu_milli, record.request.memory_bytes),
                 "cpu",
@@ -392,23 +420,40 @@ class ClusterState:
         return True
 
     def _take_fallback(self, record: PodRecord) -> None:
-        """Rule 2: first-fit on the bound node (deferred until synced, rule 4)."""
+        """Rule 2: first-fit on the bound node, or the conservative charge of an unreadable request
+        (deferred until synced, rule 4, so that it never takes what a later-listed pod claims)."""
         if record.node not in self.inventory.index:
             return
         if not self._synced:
             self._unplaced.add(record.uid)
             return
-        if record.request.kind == Kind.NONE:
+        if record.unreadable is not None:
+            placement, how = self._unreadable_placement(record.node, record.unreadable), "unreadable"
+        elif record.request.kind == Kind.NONE:
             self._take_exact(record)
             return
-        request = dataclasses.replace(record.request, allowed_products=None)
-        placement = self.first_fit.decide(request, [record.node]).placement
+        else:
+            request = dataclasses.replace(record.request, allowed_products=None)
+            placement, how = self.first_fit.decide(request, [record.node]).placement, "first-fit"
         if placement is None:
             self._mark_unplaced(record, "no free capacity fits it")
             return
         self.inventory.commit(placement)
-        record.placement, record.how = placement, "first-fit"
+        record.placement, record.how = placement, how
         self._unplaced.discard(record.uid)
+
+    def _unreadable_placement(self, node: str, charge: UnreadableCharge) -> Placement | None:
+        """All an unreadable pod can be using on `node`, clamped to what is free there (None: no pod slot)."""
+        inventory = self.inventory
+        row = inventory.index[node]
+        if inventory.node_pods_free[row] < 1:
+            return None
+        return Placement(
+            node,
+            inventory.free_slots(node) if charge.all_gpus else (),
+            _at_most_free(charge.cpu_milli, int(inventory.node_cpu_free[row])),
+            _at_most_free(charge.memory_bytes, int(inventory.node_mem_free[row])),
+        )
 
     def _mark_unplaced(self, record: PodRecord, reason: str) -> None:
         if record.uid not in self._unplaced and self._synced and record.claimed is None:
@@ -673,6 +718,7 @@ class ClusterState:
                 bad_nodes=len(self._bad),
                 pods=len(self._pods),
                 unplaced_pods=len(self._unplaced),
+                unreadable_pods=len(self._unreadable),
                 gpus_total=self.inventory.gpus_total(),
                 gpus_allocated=self.usage.gpus_allocated(),
                 free_mig_slices=self.usage.free_mig_slices(),
@@ -700,6 +746,12 @@ class ClusterState:
         """Keys of bound pods that hold nothing yet."""
         with self.lock:
             return sorted(self._pods[uid].key for uid in self._unplaced)
+
+
+def _at_most_free(amount: int | None, free: int) -> int:
+    """An unreadable pod's charge of one resource: its amount, or all that is free when it is unknown
+    (None or negative), never more than is free (its node admitted it, so the rest is others')."""
+    return free if amount is None or amount < 0 else min(amount, free)
 
 
 def _names(candidates: Sequence[str] | NameArray) -> list[str]:

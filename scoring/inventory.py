@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from scoring.facts import MigMode, NodeFacts, Placement
+from scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
 from scoring.geometry import (
     PLACEMENT_ID,
     SHAPE_COMPUTE,
     SHAPE_SIZE,
+    SHAPES,
+    MigFamily,
     resolve_profile,
     slice_bits,
 )
@@ -432,6 +434,40 @@ class Inventory:
             (self.gpu_static_used, rows, static_used),
         ]
 
+    def free_slots(self, name: str) -> tuple[GpuSlot, ...]:
+        """Slots that take every bit of GPU capacity still free on a node (what a bound pod whose
+        request gpupack cannot read is charged): untouched GPUs whole, the rest of a shared GPU as a
+        share, free static MIG instances, and the free slices of a dynamic-MIG GPU as 1g instances."""
+        row = self.index[name]
+        facts = self.facts[row]
+        assert facts is not None
+        family = self.models[int(self.node_model[row])].mig_family
+        slots: list[GpuSlot] = []
+        for g in range(int(self.node_gpu_count[row])):
+            slots.extend(self._free_slots_of_gpu(row * MAX_GPUS + g, g, facts, family))
+        return tuple(slots)
+
+    def _free_slots_of_gpu(self, i: int, g: int, facts: NodeFacts, family: MigFamily | None) -> list[GpuSlot]:
+        """The free capacity of GPU `g` (array row `i`) as slots; see `free_slots`."""
+        if self.gpu_whole[i]:
+            return []
+        if self.gpu_static[i] and family is not None:
+            used = int(self.gpu_static_used[i])
+            return [
+                GpuSlot(g, mig=profile, start=start)
+                for profile, start in facts.mig_layout.get(g, ())
+                if not used >> PLACEMENT_ID[(resolve_profile(family, profile)[0], start)] & 1
+            ]
+        if self.gpu_slices[i] and family is not None:
+            profile, shape = min(family.profiles.items(), key=lambda item: SHAPE_SIZE[item[1]])
+            compute_left = family.compute_total - int(self.gpu_compute[i])
+            free_starts = [s for s in SHAPES[shape].starts if not int(self.gpu_slices[i]) >> s & 1]
+            return [GpuSlot(g, mig=profile, start=start) for start in free_starts[: max(compute_left, 0)]]
+        milli = int(self.gpu_milli_free[i])
+        if milli == FULL_MILLI:
+            return [GpuSlot(g)]
+        return [GpuSlot(g, milli=milli)] if milli else []
+
     # ----------------------------------------------------------------- read-outs
     def gpus_total(self) -> int:
         """GPUs on active nodes."""
@@ -451,8 +487,9 @@ def _is_instance(slices: int, starts: int, start: int, size: int) -> bool:
 
 
 def _gpu_tag(placement: Placement) -> int:
-    """GpuClustering's pod tag: 0 for a share, k for k whole GPUs, -1 for MIG or no GPU."""
-    if not placement.slots or placement.slots[0].mig:
+    """GpuClustering's pod tag: 0 for a share, k for k whole GPUs, -1 for MIG, no GPU or a mix of kinds."""
+    kinds = {(bool(slot.mig), bool(slot.milli)) for slot in placement.slots}
+    if len(kinds) != 1 or placement.slots[0].mig:
         return -1
     return 0 if placement.slots[0].milli else len(placement.slots)
 

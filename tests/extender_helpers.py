@@ -137,6 +137,13 @@ def pod(
     }
 
 
+def mixed_kinds_pod(name: str, node_name: str | None = None) -> dict[str, Any]:
+    """A pod of another scheduler whose request gpupack cannot read: 4 GPUs plus 7 MIG instances."""
+    obj = pod(name, gpus=4, node_name=node_name, scheduler="default-scheduler", cpu="8", memory="64Gi")
+    obj["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/mig-1g.10gb"] = "7"
+    return obj
+
+
 def state_from(
     nodes: Iterable[dict], pods: Iterable[dict] = (), settings: Settings | None = None, **kw
 ) -> ClusterState:

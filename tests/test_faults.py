@@ -27,7 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from extender.settings import Settings
 from extender.state import NOT_SYNCED, BindError
-from tests.extender_helpers import A100, L4, FakeClock, node, pod
+from tests.extender_helpers import A100, L4, FakeClock, mixed_kinds_pod, node, pod
 from tests.fake_apiserver import Extender, FakeApiServer, launch
 
 ASSIGNMENT = "gpupack.io/assignment"
@@ -381,3 +381,27 @@ def test_orphaned_bound_reservation_is_released_at_the_next_relist(extenders: li
     assert extender.state.book.live() == [] and extender.state.book.ended["pod gone"] == 1
     extender.assert_matches_rebuild()
     assert extender.filter("default/q", ["a"]) == "a"
+
+
+# --- a pod bound by another scheduler with a request gpupack cannot read (#13) ---------------------------
+
+
+def test_unreadable_bound_pod_holds_its_node_across_a_restart(extenders: list[Extender]) -> None:
+    server = FakeApiServer([node("a", L4, 4)], [pod("p", gpus=1), pod("q", gpus=1)])
+    before = launch(extenders, server)
+    assert before.filter("default/p", ["a"]) == "a"
+    before.bind("default/p", "a")
+    server.put_pod(mixed_kinds_pod("mixed", "a"))  # another scheduler's pod: 4 GPUs + 7 MIG slices
+    before.caught_up()
+    assert before.filter("default/q", ["a"]) is None  # what it can be using is not handed out
+    before.assert_matches_rebuild()
+    before.stop()
+    after = launch(extenders, server)  # rebuilt from the list: p's claim first, then the rest
+    assert after.filter("default/q", ["a"]) is None
+    assert after.state.snapshot().unreadable_pods == 1
+    after.assert_matches_rebuild()
+    server.delete_pod("default/mixed")
+    after.caught_up()
+    assert after.filter("default/q", ["a"]) == "a"
+    after.bind("default/q", "a")
+    after.assert_matches_rebuild()

@@ -255,7 +255,7 @@ def test_logs_never_carry_pod_specs_or_secrets(tmp_path: Path, caplog: pytest.Lo
         client.post("/filter", content=orjson.dumps({"Pod": secret_pod("bad"), "Nodes": None, "NodeNames": ["a"]}))
     lines = [JsonFormatter().format(record) for record in caplog.records]
     assert any('"msg":"decision"' in line for line in lines)  # decisions were logged...
-    assert any("holds nothing" in line for line in lines) and any("HTTP 422" in line for line in lines)
+    assert any("request is unreadable" in line for line in lines) and any("HTTP 422" in line for line in lines)
     for line in lines:  # ...but never what the pod carries
         for secret in SECRETS:
             assert secret not in line, line

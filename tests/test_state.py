@@ -16,11 +16,13 @@ from extender.state import NOT_CHOSEN, UNKNOWN_NODE, UNSCHEDULABLE_NODE, BindErr
 from scoring.facts import GpuSlot
 from scoring.names import NameArray
 from tests.extender_helpers import (
+    A100,
     EXAMPLE_CLUSTER,
     L4,
     FakeClock,
     assert_no_overlap,
     file_state,
+    mixed_kinds_pod,
     node,
     pod,
     state_from,
@@ -387,3 +389,72 @@ def test_the_same_candidates_see_every_node_change(form: str) -> None:
     fourth, _, unresolvable = state.decide_for_filter(pod("p4", gpus=1), candidates)
     assert unresolvable == {first: UNKNOWN_NODE}
     assert fourth == cordoned
+
+
+def unreadable_bound_pods() -> dict[str, dict]:
+    """Bound pods whose requests gpupack refuses to schedule, each on a node of its own."""
+    milli = pod("milli", milli=500, node_name="n-milli", scheduler="default-scheduler", cpu="4")
+    milli["spec"]["containers"][0]["resources"]["limits"]["gpupack.io/gpu-milli"] = "1000"
+    garbage_cpu = pod("cpu", node_name="n-cpu", scheduler="default-scheduler")
+    garbage_cpu["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "2000000"  # over gpupack's range
+    return {"n-mixed": mixed_kinds_pod("mixed", "n-mixed"), "n-milli": milli, "n-cpu": garbage_cpu}
+
+
+@pytest.mark.parametrize("node_name", ["n-mixed", "n-milli", "n-cpu"])
+def test_bound_pod_with_an_unreadable_request_is_charged_all_it_can_be_using(
+    node_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    obj = unreadable_bound_pods()[node_name]
+    nodes = [node(node_name, L4, 4, cpu="16", memory="128Gi")]
+    with caplog.at_level(logging.WARNING):
+        state = state_from(nodes, [obj])
+    key = f"default/{obj['metadata']['name']}"
+    (record,) = state._pods.values()
+    assert record.how == "unreadable" and record.placement is not None
+    row = state.inventory.index[node_name]
+    assert state.inventory.node_pods_free[row] == 109
+    if node_name == "n-cpu":  # no GPU asked, CPU out of range: all the CPU there is, none of the GPUs
+        assert state.inventory.node_cpu_free[row] == 0 and state.snapshot().gpus_allocated == 0
+    else:
+        cpu_used = state.inventory.node_cpu_cap[row] - state.inventory.node_cpu_free[row]
+        assert cpu_used == (8000 if node_name == "n-mixed" else 4000)
+        assert state.snapshot().gpus_allocated == 4  # which devices it got is unknown: all of them
+        chosen, failed, _ = state.decide_for_filter(pod("next", milli=100), [node_name])
+        assert chosen is None and failed == {node_name: "not enough free GPU capacity"}
+    assert state.snapshot().unreadable_pods == 1
+    assert sum(key in r.getMessage() and "unreadable" in r.getMessage() for r in caplog.records) == 1
+    state.apply(PodDeleted(key, obj["metadata"]["uid"]))  # gone: exactly its charge comes back
+    assert state.inventory.node_is_empty(row) and state.snapshot().unreadable_pods == 0
+
+
+def test_unreadable_pod_listed_first_never_takes_what_a_later_pod_claims() -> None:
+    nodes = [node("a", L4, 4)]
+    claimed = pod("claimed", gpus=1, node_name="a", assignment={"node": "a", "gpus": [{"index": 2}]})
+    state = state_from(nodes, [mixed_kinds_pod("mixed", "a"), claimed])
+    held = by_key(state)
+    assert held["default/claimed"].slots == (GpuSlot(2),)
+    assert {slot.index for slot in held["default/mixed"].slots} == {0, 1, 3}
+    assert_no_overlap(nodes, state.placements().values())
+
+
+def test_unreadable_pod_on_mig_nodes_takes_every_free_instance() -> None:
+    nodes = [node("dyn", mig="dynamic", gpus=2), node("static", A100, 2, static_mig={"3g.40gb": 4})]
+    used = [
+        pod(f"on-{name}", mig="3g.40gb", node_name=name, assignment={"node": name, "gpus": [slot]})
+        for name, slot in (
+            ("dyn", {"index": 0, "mig": "3g.40gb", "start": 4}),
+            ("static", {"index": 1, "mig": "3g.40gb", "start": 0}),
+        )
+    ]
+    state = state_from(nodes, [*used, mixed_kinds_pod("m1", "dyn"), mixed_kinds_pod("m2", "static")])
+    for name in ("dyn", "static"):
+        for request in (pod("x", mig="1g.10gb"), pod("y", milli=10), pod("z", gpus=1)):
+            assert state.decide_for_filter(request, [name])[0] is None, (name, request["spec"])
+    assert_no_overlap(nodes, state.placements().values())
+    for obj in used:  # the pods gpupack knows give back exactly their own instance
+        state.apply(PodDeleted(pod_key_of(obj), obj["metadata"]["uid"]))
+    assert state.decide_for_filter(pod("w", mig="3g.40gb"), ["dyn", "static"])[0] is not None
+
+
+def pod_key_of(obj: dict) -> str:
+    return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
