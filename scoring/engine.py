@@ -173,8 +173,8 @@ class Engine:
         self._defaults = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))  # rank, noise
 
     def mix_arrays(self) -> tuple:
-        """The policy mix as kernel arrays, rebuilt only when the mix or the model list changed."""
-        key = (id(self.policy.mix), self.policy.mix.version, len(self.inventory.models))
+        """The policy mix as kernel arrays, rebuilt only when the mix or the model table changed."""
+        key = (id(self.policy.mix), self.policy.mix.version, self.inventory.models_version)
         if self._mix_cache is None or self._mix_cache[0] != key:
             arrays = self.policy.mix.arrays(self.inventory.models, MAX_MODELS)
             old = self._mix_cache[1] if self._mix_cache else None
@@ -198,7 +198,7 @@ class Engine:
 
     def request_arrays(self, request: PodRequest) -> RequestArrays:
         """`request` laid out for the kernels; the last one is kept (pods often come in runs of one shape)."""
-        models = len(self.inventory.models)  # models are only ever appended: the count says what changed
+        models = self.inventory.models_version  # model ids are given out and freed: a stale layout is wrong
         held = self._last_arrays
         if held is None or held[0] != request or held[1] != models:
             held = self._last_arrays = (request, models, RequestArrays(request, self.inventory))

@@ -3,6 +3,11 @@
 Node i owns GPU rows i*MAX_GPUS .. i*MAX_GPUS + gpu_count[i] - 1, so adding, updating or removing
 a node and committing or releasing a placement touch O(GPUs of that node) entries. Removed nodes
 leave a free row that the next added node reuses.
+
+GPU models (product, memory) get small ids the kernels index by. An id is held by the nodes of that
+model and freed with the last of them, so a cluster whose products change over time never runs out
+of the MAX_MODELS - 1 ids (#13); `models_version` changes whenever an id is given or freed, so
+whatever is cached per model id is rebuilt.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ MAX_GPUS = MAX_GPUS_PER_NODE
 MAX_MODELS = 64
 NO_MODEL = 0  # model id of nodes without GPUs
 FULL_MILLI = 1000
+FREE_MODEL = GpuModel("", 0, None)  # what a free model id (and NO_MODEL) stands for
 
 
 class InventoryError(ValueError):
@@ -37,8 +43,11 @@ class Inventory:
     """Free and used capacity of every node and GPU, kept as arrays for the scoring kernels."""
 
     def __init__(self, capacity: int = 64) -> None:
-        self.models: list[GpuModel] = [GpuModel("", 0, None)]
+        self.models: list[GpuModel] = [FREE_MODEL]
         self._model_ids: dict[tuple[str, int], int] = {}
+        self._model_nodes = np.zeros(MAX_MODELS, dtype=np.int64)  # nodes holding each model id
+        self._free_model_ids: list[int] = []
+        self.models_version = 0  # changes whenever a model id is given out or freed
         self.model_memory = np.zeros(MAX_MODELS, dtype=np.float64)
         self.model_slices = np.zeros(MAX_MODELS, dtype=np.int8)  # 0: not MIG-capable
         self.model_compute = np.full(MAX_MODELS, 7, dtype=np.int64)  # compute slices of a whole GPU
@@ -116,23 +125,42 @@ class Inventory:
 
     # ----------------------------------------------------------------- models
     def model_id(self, product: str, memory_mib: int = 0) -> int:
-        """Id of a GPU product (registered on first sight)."""
+        """Id of a GPU product (registered on first sight, in a freed id when there is one)."""
         if not product:
             return NO_MODEL
         key = (product, memory_mib)
         found = self._model_ids.get(key)
         if found is not None:
             return found
-        if len(self.models) >= MAX_MODELS:
+        if not self._free_model_ids and len(self.models) >= MAX_MODELS:
             raise InventoryError(f"more than {MAX_MODELS - 1} GPU products in one cluster")
         model = lookup_model(product, memory_mib or None)
-        mid = len(self.models)
-        self.models.append(model)
+        if self._free_model_ids:
+            mid = self._free_model_ids.pop()
+            self.models[mid] = model
+        else:
+            mid = len(self.models)
+            self.models.append(model)
         self._model_ids[key] = mid
+        self._describe_model(mid, model)
+        return mid
+
+    def _describe_model(self, mid: int, model: GpuModel) -> None:
+        """Fill the kernels' per-model arrays for id `mid` and announce the change."""
         self.model_memory[mid] = model.memory_mib
         self.model_slices[mid] = model.mig_family.slices if model.mig_family else 0
         self.model_compute[mid] = model.mig_family.compute_total if model.mig_family else 7
-        return mid
+        self.models_version += 1
+
+    def _release_model(self, mid: int) -> None:
+        """One node fewer holds model `mid`; the last one frees the id."""
+        self._model_nodes[mid] -= 1
+        if mid == NO_MODEL or self._model_nodes[mid] > 0:
+            return
+        self._model_ids = {key: i for key, i in self._model_ids.items() if i != mid}
+        self.models[mid] = FREE_MODEL
+        self._describe_model(mid, FREE_MODEL)
+        self._free_model_ids.append(mid)
 
     def model_ids_for(self, products: frozenset[str] | None) -> np.ndarray:
         """Boolean mask over model ids allowed by a product constraint (None allows all)."""
@@ -151,7 +179,11 @@ class Inventory:
         if facts.name in self.index:
             raise InventoryError(f"node {facts.name} already exists")
         gpu_state = self._gpu_state_for(facts)  # validates before anything is touched
-        model = self.model_id(facts.gpu_product, facts.gpu_memory_mib) if facts.gpu_count else NO_MODEL
+        try:
+            model = self.model_id(facts.gpu_product, facts.gpu_memory_mib) if facts.gpu_count else NO_MODEL
+        except InventoryError as exc:
+            raise InventoryError(f"node {facts.name}: {exc}") from None
+        self._model_nodes[model] += 1
         if self._free_rows:
             row = self._free_rows.pop()
             self.names[row] = facts.name
@@ -278,6 +310,7 @@ class Inventory:
         """Forget a node and everything allocated on it."""
         row = self.index.pop(name)
         self.layout_version += 1
+        self._release_model(int(self.node_model[row]))
         self.node_active[row] = False
         self.node_gpu_count[row] = 0
         self.names[row] = None

@@ -18,6 +18,7 @@ from scoring.names import NameArray
 from tests.extender_helpers import (
     A100,
     EXAMPLE_CLUSTER,
+    H100,
     L4,
     FakeClock,
     assert_no_overlap,
@@ -458,3 +459,34 @@ def test_unreadable_pod_on_mig_nodes_takes_every_free_instance() -> None:
 
 def pod_key_of(obj: dict) -> str:
     return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+
+
+def product_node(name: str, product: str) -> dict:
+    """A one-GPU node of some GPU product of its own."""
+    return node(name, product, 1, cpu="8", memory="64Gi")
+
+
+def test_gpu_model_ids_are_freed_with_their_last_node() -> None:
+    """More than 63 products over time, never more than 63 at once: every node stays usable (#13)."""
+    state = state_from([product_node(f"old-{i}", f"ACME-Old-{i}") for i in range(63)])
+    state.apply(NodeUpserted(product_node("one-too-many", "ACME-New-X")))
+    assert state.bad_nodes() == {"one-too-many": "node one-too-many: more than 63 GPU products in one cluster"}
+    for i in range(63):
+        state.apply(NodeDeleted(f"old-{i}"))
+    for i in range(62):
+        state.apply(NodeUpserted(product_node(f"new-{i}", f"ACME-New-{i}")))
+    state.apply(NodeUpserted(product_node("one-too-many", "ACME-New-X")))  # relisted: the 63rd id is free
+    assert state.bad_nodes() == {}
+    assert state.decide_for_filter(pod("p", gpus=1), ["one-too-many"])[0] == "one-too-many"
+
+
+def test_a_reused_model_id_carries_nothing_of_the_model_that_had_it() -> None:
+    state = state_from([node("h100"), node("other", L4, 8)])
+    pinned = pod("pinned", gpus=1)
+    pinned["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": H100}
+    assert state.decide_for_filter(pinned, ["h100", "other"])[0] == "h100"  # the engine caches its layout
+    state.apply(NodeDeleted("h100"))
+    state.apply(NodeUpserted(node("l40s", "NVIDIA-L40S", 8)))  # takes the H100's model id
+    state.apply(PodDeleted("default/pinned", "uid-default-pinned"))
+    chosen, failed, _ = state.decide_for_filter(pinned, ["l40s", "other"])
+    assert chosen is None and set(failed) == {"l40s", "other"}
