@@ -44,9 +44,9 @@ import logging
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import orjson
@@ -82,6 +82,12 @@ UNSCHEDULABLE_NODE = "node is cordoned or not Ready"
 NOT_CHOSEN = "gpupack chose another node"
 NOT_SYNCED = "gpupack has not yet listed the cluster; retry shortly"
 SEEN_LIMIT = 100_000  # pods whose request is remembered between filter and bind
+Answer = TypeVar("Answer")
+
+
+def _verdicts(chosen: str | None, failed: Mapping[str, str], unresolvable: dict[str, str]) -> Any:
+    """decide_for_filter's default answer: (chosen node or None, FailedNodes, FailedAndUnresolvableNodes)."""
+    return chosen, failed, unresolvable
 
 
 class BindError(Exception):
@@ -524,12 +530,17 @@ class ClusterState:
         return mask, unresolvable
 
     def decide_for_filter(
-        self, pod: Mapping[str, Any], candidates: Sequence[str] | NameArray
-    ) -> tuple[str | None, Mapping[str, str], dict[str, str]]:
+        self,
+        pod: Mapping[str, Any],
+        candidates: Sequence[str] | NameArray,
+        answer: Callable[[str | None, Mapping[str, str], dict[str, str]], Answer] = _verdicts,  # type: ignore[assignment]
+    ) -> Answer:
         """Choose one node among `candidates` and reserve its placement (decide in filter).
 
-        Returns (chosen node or None, FailedNodes, FailedAndUnresolvableNodes). A pod that already
-        holds a reservation on a candidate gets it back (kube-scheduler retries).
+        `answer(chosen node or None, FailedNodes, FailedAndUnresolvableNodes)` builds what is
+        returned (by default that tuple). It runs under the lock before the placement is committed,
+        so an answer that cannot be built reserves nothing (#13). A pod that already holds a
+        reservation on a candidate gets it back (kube-scheduler retries).
         """
         started = time.perf_counter()
         with self.lock:
@@ -538,19 +549,20 @@ class ClusterState:
                 uid, key, request = self._request(pod)
             except RequestError as exc:
                 self.decisions["bad-request", "invalid pod request"] += 1
-                return None, {}, dict.fromkeys(_names(candidates), str(exc))
+                return answer(None, {}, dict.fromkeys(_names(candidates), str(exc)))
             known, unresolvable = self._split(candidates)
             bound = self._pods.get(uid)
             if bound is not None:
                 reason = f"pod is already bound to {bound.node}"
                 names = self.inventory.names
-                return None, {}, {**unresolvable, **{names[row]: reason for row in np.flatnonzero(known).tolist()}}  # type: ignore[misc]
+                bound_reasons = {names[row]: reason for row in np.flatnonzero(known).tolist()}
+                return answer(None, {}, {**unresolvable, **bound_reasons})  # type: ignore[dict-item]
             reservation = self.book.get(uid)
             if reservation is not None:
                 row = self.inventory.index.get(reservation.node)
                 if row is not None and known[row]:
                     self.decisions["reused", ""] += 1
-                    return reservation.node, self._failed_nodes(known, row, None), unresolvable
+                    return answer(reservation.node, self._failed_nodes(known, row, None), unresolvable)
                 self._release(self.book.forget(uid, "not a candidate"))
             decision = self.engine.decide(request, known)
             placement = decision.placement
@@ -558,14 +570,14 @@ class ClusterState:
                 failed = self._failed_nodes(known, -1, decision)
                 self.decisions["unschedulable", _main_reason(failed, unresolvable)] += 1
                 self._log(key, None, None, started, decision.rows.size)
-                return None, failed, unresolvable
+                return answer(None, failed, unresolvable)
+            chosen = self.inventory.index[placement.node]
+            built = answer(placement.node, self._failed_nodes(known, chosen, decision), unresolvable)
             self.inventory.commit(placement)
             self.book.assume(uid, key, placement, request)
-            chosen = self.inventory.index[placement.node]
             self.decisions["placed", ""] += 1
-            score = decision.score_of(chosen)
-            self._log(key, placement, score, started, decision.rows.size)
-            return placement.node, self._failed_nodes(known, chosen, decision), unresolvable
+            self._log(key, placement, decision.score_of(chosen), started, decision.rows.size)
+            return built
 
     def _failed_nodes(self, known: np.ndarray, chosen: int, decision: Decision | None) -> RowReasons:
         """FailedNodes: the infeasible candidates with their reasons and, with `reportNotChosen`, every

@@ -33,11 +33,13 @@ def filter_body(state: ClusterState, settings: Settings, body: bytes) -> bytes:
     if not state.synced:
         return filter_error(NOT_SYNCED).to_json()
     candidates = args.candidates()
-    if settings.decide_in_filter:
-        chosen, failed, unresolvable = state.decide_for_filter(args.pod, candidates)
-        passed = [chosen] if chosen else []
-    else:
-        passed, failed, unresolvable = state.feasible_for_filter(args.pod, candidates)
+    if settings.decide_in_filter:  # the answer is built before the placement is committed
+
+        def answer(chosen: str | None, failed: Mapping[str, str], unresolvable: Mapping[str, str]) -> bytes:
+            return filter_result(args, [chosen] if chosen else [], failed, unresolvable).to_json()
+
+        return state.decide_for_filter(args.pod, candidates, answer)
+    passed, failed, unresolvable = state.feasible_for_filter(args.pod, candidates)
     return filter_result(args, passed, failed, unresolvable).to_json()
 
 

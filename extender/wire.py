@@ -93,13 +93,21 @@ class ExtenderFilterResult(_Wire):
         """
         parts = [b"{"]  # joined once at the end: FailedNodes alone can be 200 KiB
         if self.nodes is not None:
-            parts += [b'"Nodes":', orjson.dumps({"metadata": self.nodes.metadata, "items": self.nodes.items}), b","]
+            parts += [b'"Nodes":', _node_list_json(self.nodes), b","]
         if self.node_names is not None:
             parts += [b'"NodeNames":', orjson.dumps(self.node_names), b","]
         parts += [b'"FailedNodes":', *_map_json(self.failed_nodes)]
         parts += [b',"FailedAndUnresolvableNodes":', *_map_json(self.failed_and_unresolvable_nodes)]
         parts += [b',"Error":', orjson.dumps(self.error), b"}"]
         return b"".join(parts)
+
+
+def _node_list_json(nodes: NodeList) -> bytes:
+    """The passing Node objects as sent; WireError for one orjson cannot write (nested too deeply)."""
+    try:
+        return orjson.dumps({"metadata": nodes.metadata, "items": nodes.items})
+    except orjson.JSONEncodeError as exc:
+        raise WireError(f"Nodes: a Node object gpupack cannot send back ({exc}: nested too deeply?)") from None
 
 
 def _map_json(reasons: Mapping[str, str]) -> tuple[bytes, ...]:

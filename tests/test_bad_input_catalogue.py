@@ -90,6 +90,27 @@ def test_nodes_mode_items_with_garbage_annotations_are_answered_from_gpupack_sta
     assert fingerprint(client, state) == before
 
 
+def nested(depth: int) -> dict[str, Any]:
+    """An object `depth` levels deep."""
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        value = {"x": value}
+    return value
+
+
+def test_nodes_mode_item_too_deep_to_answer_with_reserves_nothing(served) -> None:
+    """A chosen Node gpupack cannot write back (orjson stops at 255 levels) is refused before the
+    placement is committed: nothing stays held (#13)."""
+    client, state, _ = served
+    before = fingerprint(client, state)
+    deep = node("l", L4, 4)
+    deep["status"]["deep"] = nested(300)
+    body = json.dumps({"Pod": pod("deep", gpus=1), "Nodes": {"items": [deep]}, "NodeNames": None}).encode()
+    answer = post(client, "filter", body)
+    assert answer.status_code == 400 and "nested too deeply" in answer.json()["Error"]
+    assert fingerprint(client, state) == before and state.book.get("uid-default-deep") is None
+
+
 def test_unknown_gpu_product_is_a_plain_gpu_node(served) -> None:
     """No MIG geometry known: whole GPUs and shares are served, MIG requests fail with a reason."""
     client, state, _ = served
