@@ -115,6 +115,7 @@ class VerbEndpoint:
             return 200, self.fallback(f"gpupack {self.verb} took longer than {limit:g} s")
         except Exception as exc:
             kind = type(exc).__name__
+            self.metrics.internal_error(self.verb, kind)
             if kind in self.failures_logged:
                 logger.error("%s failed: %s: %s", self.verb, kind, exc)
             else:

@@ -1,6 +1,6 @@
 """Prometheus metrics of the extender, in a registry of its own (never the process-global one).
 
-Request latency is observed by the HTTP layer as requests finish; everything else is read from
+Request latency and internal errors are observed by the HTTP layer as requests finish; everything else is read from
 `ClusterState.snapshot()` at scrape time, so the state keeps plain counters and knows nothing of
 Prometheus.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -31,11 +31,21 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.internal_errors = Counter(
+            "gpupack_internal_errors",
+            "Calls answered with an internal error (an unexpected exception in gpupack), by verb and exception.",
+            ("verb", "exception"),
+            registry=self.registry,
+        )
         self.registry.register(_StateCollector(state))
 
     def observe(self, verb: str, code: int, seconds: float) -> None:
         """Record one answered request."""
         self.latency.labels(verb, str(code)).observe(seconds)
+
+    def internal_error(self, verb: str, exception: str) -> None:
+        """Count one call answered with an internal error."""
+        self.internal_errors.labels(verb, exception).inc()
 
     def render(self) -> bytes:
         """The Prometheus text exposition of the registry."""

@@ -223,6 +223,8 @@ def _containers(spec: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
 def allowed_products(spec: Mapping[str, Any]) -> frozenset[str] | None:
     """GPU products the pod may run on, from nodeSelector and required node affinity (None: any)."""
     selected = _mapping(spec.get("nodeSelector"), "spec.nodeSelector").get(LABEL_GPU_PRODUCT)
+    if selected is not None and not isinstance(selected, str):
+        raise RequestError(f"spec.nodeSelector[{LABEL_GPU_PRODUCT}] must be a string")
     by_selector = None if selected is None else frozenset([selected])
     by_affinity = _affinity_products(spec)
     if by_selector is None or by_affinity is None:
@@ -250,7 +252,10 @@ def _term_products(term: Mapping[str, Any]) -> frozenset[str] | None:
     """Products one term admits when it pins them with In (expressions are ANDed); None otherwise."""
     pinned: frozenset[str] | None = None
     excluded: set[str] = set()
-    for expression in term.get("matchExpressions") or []:
+    expressions = term.get("matchExpressions") or []
+    if not isinstance(expressions, list):
+        raise RequestError("node affinity: matchExpressions must be a list")
+    for expression in expressions:
         if not isinstance(expression, Mapping) or expression.get("key") != LABEL_GPU_PRODUCT:
             continue
         values = expression.get("values") or []

@@ -69,6 +69,15 @@ BAD_BODIES = {
     "uid a number": args({"metadata": {"name": "x", "uid": 7}, "spec": {}}),
 }
 
+PRODUCT = "nvidia.com/gpu.product"
+
+
+def expressions(value: Any) -> dict[str, Any]:
+    """spec.affinity with one required node-affinity term whose matchExpressions is `value`."""
+    terms = [{"matchExpressions": value}]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
 BAD_PODS = {
     "unknown MIG profile": pod("m", mig="5g.50gb"),
     "negative GPUs": pod("n", gpus=-1),
@@ -80,6 +89,11 @@ BAD_PODS = {
     "containers not a list": {"metadata": {"name": "k"}, "spec": {"containers": {"a": 1}}},
     "resources a string": {"metadata": {"name": "r"}, "spec": {"containers": [{"name": "c", "resources": "x"}]}},
     "affinity garbage": {"metadata": {"name": "a"}, "spec": {"affinity": {"nodeAffinity": 5}}},
+    "matchExpressions a number": {"metadata": {"name": "e"}, "spec": {"affinity": expressions(5)}},
+    "matchExpressions a string": {"metadata": {"name": "t"}, "spec": {"affinity": expressions("x")}},
+    "nodeSelector value a dict": {"metadata": {"name": "d"}, "spec": {"nodeSelector": {PRODUCT: {"a": 1}}}},
+    "nodeSelector value a list": {"metadata": {"name": "l"}, "spec": {"nodeSelector": {PRODUCT: ["x"]}}},
+    "nodeSelector value a number": {"metadata": {"name": "i"}, "spec": {"nodeSelector": {PRODUCT: 5}}},
 }
 
 
@@ -190,6 +204,9 @@ def test_unexpected_errors_become_verb_answers_not_500(served, monkeypatch, capl
             assert b.status_code == 200 and "internal error" in b.json()["Error"]
     tracebacks = [r for r in caplog.records if r.exc_info]
     assert len(tracebacks) == 3  # once per verb, not per request
+    metrics = client.get("/metrics").text  # ...and every one of them counted
+    for verb in ("filter", "prioritize", "bind"):
+        assert f'gpupack_internal_errors_total{{exception="RuntimeError",verb="{verb}"}} 2.0' in metrics
 
 
 def test_health_endpoints(served) -> None:
