@@ -309,6 +309,6 @@ def _hourly_cost(
     if not _PRICE.fullmatch(text):
         raise NodeFactsError(node, ANNOTATION_HOURLY_COST, f"{text!r} is not a number")
     cost = float(text)
-    if not math.isfinite(cost) or cost < 0:
+    if not math.isfinite(cost) or math.copysign(1.0, cost) < 0:  # "-0" too: a sign is a typo, not a price
         raise NodeFactsError(node, ANNOTATION_HOURLY_COST, f"{text!r} must be a finite, non-negative price")
     return cost

@@ -46,6 +46,7 @@ GARBAGE_NODES: dict[str, tuple[dict[str, str], str]] = {
     "layout-garbage": ({"gpupack.io/mig-layout": "{\"0\": [\"9g.99gb@0\"]}"}, "mig-layout"),
     "cost-cheap": ({"gpupack.io/hourly-cost": "cheap"}, "hourly-cost"),
     "cost-negative": ({"gpupack.io/hourly-cost": "-3"}, "hourly-cost"),
+    "cost-minus-zero": ({"gpupack.io/hourly-cost": "-0"}, "hourly-cost"),
 }
 BROKEN = [*GARBAGE_NODES, "acme-dynamic"]
 
