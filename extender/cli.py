@@ -22,6 +22,17 @@ def _seeds(text: str) -> list[int]:
     return seeds
 
 
+def _port(text: str) -> int:
+    """A TCP port number, 1..65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is out of range 1..65535")
+    return port
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="gpupack", description="GPU-aware kube-scheduler extender")
@@ -32,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--cluster-file", help="YAML/JSON list of Node and Pod objects served from memory")
     source.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster config)")
     serve.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=None, help="listen port (default 8888)")
+    serve.add_argument("--port", type=_port, default=None, help="listen port (default 8888)")
     serve.add_argument("--config", help="policy/service config YAML")
     serve.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
     serve.add_argument("--tls-key", help="private key for --tls-cert (PEM)")

@@ -15,6 +15,7 @@ import asyncio
 import gc
 import logging
 import socket
+import ssl
 import sys
 import threading
 
@@ -53,8 +54,9 @@ class NoDelayH11Protocol(H11Protocol):
 def serve(args: argparse.Namespace) -> int:
     """Run the extender until interrupted; returns the process exit code."""
     logs.configure()
-    if bool(getattr(args, "tls_cert", None)) != bool(getattr(args, "tls_key", None)):
-        print("gpupack serve: --tls-cert and --tls-key go together", file=sys.stderr)
+    tls_problem = check_tls(getattr(args, "tls_cert", None), getattr(args, "tls_key", None))
+    if tls_problem:
+        print(f"gpupack serve: {tls_problem}", file=sys.stderr)
         return 2
     try:
         settings = load_settings(args.config, host=args.host, port=args.port)
@@ -73,6 +75,19 @@ def serve(args: argparse.Namespace) -> int:
     finally:
         source.stop()
     return 0
+
+
+def check_tls(cert: str | None, key: str | None) -> str | None:
+    """Why `--tls-cert` / `--tls-key` cannot be served (None when they can, or when TLS is off)."""
+    if bool(cert) != bool(key):
+        return "--tls-cert and --tls-key go together"
+    if not cert:
+        return None
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except OSError as exc:  # ssl.SSLError is an OSError too
+        return f"cannot load --tls-cert {cert} / --tls-key {key}: {exc.strerror or exc}"
+    return None
 
 
 def warm_up_then_tune_gc(state: ClusterState) -> None:

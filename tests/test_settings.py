@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from extender.cli import build_parser
 from extender.service import serve
 from extender.settings import Settings, SettingsError, load_settings, snake_case
 from scoring.policies import GpupackArgs
@@ -85,6 +86,13 @@ def test_snake_case() -> None:
     assert snake_case("port") == "port"
 
 
+def test_a_port_out_of_range_is_named_as_such(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["serve", "--port", "70000"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "port 70000 is out of range 1..65535" in err and "environment" not in err
+
+
 def test_serve_refuses_bad_config_and_half_tls(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("nope: 1\n")
@@ -93,5 +101,11 @@ def test_serve_refuses_bad_config_and_half_tls(tmp_path: Path, capsys: pytest.Ca
     assert "nope" in capsys.readouterr().err
     assert serve(argparse.Namespace(**{**base, "config": None, "tls_cert": "c.pem"})) == 2
     assert "--tls-key" in capsys.readouterr().err
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    for cert in (str(tmp_path / "none.pem"), str(garbage)):  # one line, no traceback (#13)
+        assert serve(argparse.Namespace(**{**base, "config": None, "tls_cert": cert, "tls_key": cert})) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"gpupack serve: cannot load --tls-cert {cert}") and err.count("\n") == 1, err
     missing = argparse.Namespace(**{**base, "config": None, "cluster_file": str(tmp_path / "none.yaml")})
     assert serve(missing) == 2
