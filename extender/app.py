@@ -18,6 +18,7 @@
   thread finishes on its own: a filter's late reservation is reused by the retry or expires by TTL).
 - `GET /healthz` (alive), `GET /readyz` (503 until synced and warmed up), `GET /metrics`,
   `GET /openapi.json` (the bodies as extender.openapi describes them; no docs UI).
+- Unknown paths (`/filter/` included: no slash redirects) and wrong methods: 404 / 405 `{"Error": reason}`.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
 from extender import openapi, verbs
@@ -127,7 +129,10 @@ class VerbEndpoint:
 def create_app(state: ClusterState, settings: Settings, metrics: Metrics | None = None) -> FastAPI:
     """The extender's FastAPI application over `state`."""
     metrics = metrics or Metrics(state)
-    app = FastAPI(title="gpupack", docs_url=None, redoc_url=None, openapi_url="/openapi.json")
+    app = FastAPI(
+        title="gpupack", docs_url=None, redoc_url=None, openapi_url="/openapi.json", redirect_slashes=False
+    )  # `POST /filter/` is a 404, not a redirect a client may follow with a GET
+    app.add_exception_handler(StarletteHTTPException, http_error)
     app.state.cluster = state
     app.state.metrics = metrics
     endpoints = {
@@ -218,6 +223,12 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
         chunks.append(chunk)
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def http_error(_: Request, exc: Exception) -> Response:
+    """404, 405 and the like in the form of every other gpupack error: `{"Error": reason}`."""
+    assert isinstance(exc, StarletteHTTPException)
+    return Response(error_json(exc.detail), status_code=exc.status_code, headers=exc.headers, media_type=JSON)
 
 
 def error_json(reason: str) -> bytes:

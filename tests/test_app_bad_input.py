@@ -209,6 +209,16 @@ def test_unexpected_errors_become_verb_answers_not_500(served, monkeypatch, capl
         assert f'gpupack_internal_errors_total{{exception="RuntimeError",verb="{verb}"}} 2.0' in metrics
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [("GET", "/filter", 405), ("POST", "/filter/", 404), ("POST", "/nowhere", 404), ("DELETE", "/bind", 405)],
+)
+def test_wrong_paths_and_methods_answer_an_error_like_every_other(served, method: str, path: str, status: int) -> None:
+    client, _ = served
+    response = client.request(method, path, content=args(pod("w", gpus=1)), follow_redirects=False)
+    assert response.status_code == status and set(response.json()) == {"Error"} and response.json()["Error"]
+
+
 def test_health_endpoints(served) -> None:
     client, _ = served
     assert client.get("/healthz").status_code == 200
