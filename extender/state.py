@@ -609,12 +609,15 @@ class ClusterState:
     def scores_for_prioritize(self, pod: Mapping[str, Any], candidates: Sequence[str]) -> list[tuple[str, int]]:
         """Every candidate with a score 0..10: best = 10, linear min-max of feasible scores, infeasible 0.
 
-        A pod holding a reservation scores 10 on its reserved node and 0 elsewhere.
+        A pod holding a reservation scores 10 on its reserved node and 0 elsewhere; a pod already
+        bound scores 0 everywhere (filter calls it unresolvable everywhere).
         """
         names = list(dict.fromkeys(candidates))
         with self.lock:
             self._expire()
             uid = identity(pod_uid(pod), pod_key(pod))
+            if uid in self._pods:
+                return [(n, 0) for n in names]
             reservation = self.book.get(uid)
             if reservation is not None and reservation.node in names:
                 return [(n, 10 if n == reservation.node else 0) for n in names]

@@ -490,3 +490,11 @@ def test_a_reused_model_id_carries_nothing_of_the_model_that_had_it() -> None:
     state.apply(PodDeleted("default/pinned", "uid-default-pinned"))
     chosen, failed, _ = state.decide_for_filter(pinned, ["l40s", "other"])
     assert chosen is None and set(failed) == {"l40s", "other"}
+
+
+def test_a_bound_pod_scores_nothing_anywhere() -> None:
+    """As filter calls it unresolvable everywhere, prioritize gives it 0 on every node (#13)."""
+    bound = pod("b", gpus=1, node_name="a", assignment={"node": "a", "gpus": [{"index": 0}]})
+    state = state_from([node("a", L4, 4), node("b", L4, 2)], [bound])
+    assert state.decide_for_filter(bound, ["a", "b"])[0] is None
+    assert state.scores_for_prioritize(bound, ["a", "b"]) == [("a", 0), ("b", 0)]
