@@ -1,6 +1,8 @@
 # gpupack: the extender sidecar image (ghcr.io/gpupack/gpupack:<version>).
 #   docker build -t ghcr.io/gpupack/gpupack:0.1.0 .
-#   docker run --rm -p 8888:8888 ghcr.io/gpupack/gpupack:0.1.0     # serves the example cluster
+#   docker run --rm --network host ghcr.io/gpupack/gpupack:0.1.0   # the example cluster on 127.0.0.1:8888
+# The default command listens on 127.0.0.1 only, as the sidecar does: to reach it from elsewhere,
+# say so (`... serve --cluster-file /usr/share/gpupack/cluster.yaml --host 0.0.0.0`).
 # In the cluster (manifests/deployment.yaml) it runs `gpupack serve --host 127.0.0.1 ...` next to
 # kube-scheduler, as uid 10001, with a read-only root filesystem and an emptyDir at /tmp.
 
@@ -36,4 +38,4 @@ COPY manifests/examples/cluster.yaml /usr/share/gpupack/cluster.yaml
 USER 10001:10001
 EXPOSE 8888
 ENTRYPOINT ["gpupack"]
-CMD ["serve", "--cluster-file", "/usr/share/gpupack/cluster.yaml", "--host", "0.0.0.0", "--port", "8888"]
+CMD ["serve", "--cluster-file", "/usr/share/gpupack/cluster.yaml", "--host", "127.0.0.1", "--port", "8888"]

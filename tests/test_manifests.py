@@ -454,6 +454,13 @@ def test_deployment_mounts_the_config_maps_where_the_commands_read_them() -> Non
     assert env["NUMBA_CACHE_DIR"].startswith("/tmp/")
 
 
+def test_the_image_default_command_listens_on_loopback_only() -> None:
+    """Like the sidecar: a plain `docker run` must not serve the extender to the network (#13)."""
+    (cmd,) = [line for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("CMD ")]
+    args = json.loads(cmd.removeprefix("CMD "))
+    assert args[args.index("--host") + 1] == "127.0.0.1"
+
+
 def test_deployment_is_locked_down() -> None:
     pod = _deployment()["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
