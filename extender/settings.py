@@ -97,6 +97,10 @@ class Settings(BaseSettings):
         4.5, gt=0, description="a verb answers within this time, body read included (kube-scheduler waits 5 s)"
     )
     request_timeout_seconds: float = Field(5.0, gt=0, description="timeout of Kubernetes API writes in bind")
+    header_timeout_seconds: float = Field(
+        5.0, gt=0, description="a connection whose request line and headers are not in within this time is closed"
+    )
+    max_connections: int = Field(256, ge=1, description="connections beyond this many are closed at once")
 
     @field_validator("prices")
     @classmethod

@@ -202,6 +202,55 @@ def test_a_body_that_does_not_arrive_in_time_gets_408(small_cluster) -> None:
         assert httpx.get(f"http://{host}:{port}/healthz").status_code == 200
 
 
+def closed_within(sock: socket.socket, seconds: float) -> bool:
+    """Whether the server closes `sock` within `seconds` (anything it sends first is read and dropped)."""
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(4096):
+            pass
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def test_connections_whose_headers_do_not_arrive_are_closed(small_cluster) -> None:
+    """Half a request line, or nothing at all, holds a connection for `headerTimeoutSeconds`, not for
+    ever; a request in progress and an idle keep-alive connection are left alone (#13)."""
+    state, _ = small_cluster
+    settings = Settings(verb_timeout_seconds=0.3, header_timeout_seconds=0.5)
+    with live_server(state, settings) as (host, port):
+        half = socket.create_connection((host, port), timeout=5)
+        half.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        silent = socket.create_connection((host, port), timeout=5)
+        kept = socket.create_connection((host, port), timeout=5)
+        kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(kept).startswith("HTTP/1.1 200")
+        started = time.perf_counter()
+        assert closed_within(half, 3) and closed_within(silent, 3)
+        assert time.perf_counter() - started < 2
+        kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")  # idle past the deadline, still served
+        assert read_response(kept).startswith("HTTP/1.1 200")
+        for sock in (half, silent, kept):
+            sock.close()
+
+
+def test_connections_beyond_the_cap_are_closed_at_once(small_cluster) -> None:
+    state, _ = small_cluster
+    settings = Settings(max_connections=3, header_timeout_seconds=30)
+    with live_server(state, settings) as (host, port):
+        held = [socket.create_connection((host, port), timeout=5) for _ in range(3)]
+        time.sleep(0.2)  # accepted
+        extra = socket.create_connection((host, port), timeout=5)
+        assert closed_within(extra, 2)
+        held.pop().close()
+        time.sleep(0.2)
+        assert httpx.get(f"http://{host}:{port}/healthz").status_code == 200  # a freed slot serves again
+        for sock in [*held, extra]:
+            sock.close()
+
+
 # --- logs ----------------------------------------------------------------------------------------------
 
 SECRETS = ("hunter2-db-password", "tok-3f9a-SECRET", "registry.example.com/secret-image", "--api-key=")
