@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 from agent.claims import Claim, claims_for, describe
 from agent.devices import Device, NodeGpus, advertised
+from agent.devices_in_use import Refusals
+from agent.metrics import MIG_CREATE_REFUSALS
 from agent.mig_lifecycle import MigCreateError, ensure_instance
 from agent.nvml import MigInstance, Nvml
 from agent.pods import PodLister
@@ -45,6 +47,7 @@ class Allocator:
     pods: PodLister
     read_gpus: Callable[[], NodeGpus]
     allocated: dict[tuple[str, str, str], tuple[str, ...]] = field(default_factory=dict)
+    refusals: Refusals = field(default_factory=Refusals)  # reported to gpupack serve (devices-in-use)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def preferred(self, resource: str, available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]:
@@ -84,7 +87,10 @@ class Allocator:
                 try:
                     uuids.append(ensure_instance(self.nvml, slot).uuid)
                 except MigCreateError as exc:
+                    self.refusals.record(slot, str(exc))
+                    MIG_CREATE_REFUSALS.inc()
                     raise AllocationError(f"pod {claim.pod} container {claim.container}: {exc}") from None
+                self.refusals.created(slot)
             elif slot.mig:
                 uuids.append(_static_instance(claim, slot, gpus).uuid)
             else:

@@ -75,6 +75,7 @@ class FakeNvml:
         self.devices = gpus
         self.created: list[tuple[int, str, int]] = []
         self.destroyed: list[tuple[int, str, int]] = []
+        self.busy: set[tuple[int, int]] = set()  # (gpu, start) of instances a process uses: destroy refused
         self._serial = 0
 
     @classmethod
@@ -151,6 +152,8 @@ class FakeNvml:
         device = self._gpu(gpu)
         if start not in device.instances:
             raise NvmlError(f"Not Found: no GPU instance starts at slice {start} on GPU {gpu}")
+        if (gpu, start) in self.busy:
+            raise NvmlError(f"In use by another client: GPU instance at slice {start} on GPU {gpu}")
         instance = device.instances.pop(start)
         self.destroyed.append((gpu, instance.profile, start))
 

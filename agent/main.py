@@ -1,9 +1,10 @@
 """`gpupack agent`: one loop that republishes node facts, reconciles dynamic MIG and serves the plugins.
 
 Each step (every `interval` seconds, and at start, so a restarted agent rebuilds everything from the
-pods and NVML): read the Node (is it dynamic MIG?), read NVML, publish the two annotations, destroy
-dynamic-MIG instances no live pod holds, and sync the device plugins (restarting and re-registering
-them after a kubelet restart).
+pods and NVML): read the Node (is it dynamic MIG?), read NVML, destroy dynamic-MIG instances no live
+pod holds, verify what the kubelet handed each pod (podresources) against its assignment, publish the
+node annotations (`gpu-topology`, `mig-layout`, `devices-in-use`), and sync the device plugins
+(restarting and re-registering them after a kubelet restart).
 """
 
 from __future__ import annotations
@@ -16,16 +17,26 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
+
 from agent.allocator import Allocator
 from agent.devices import NodeGpus, advertised
-from agent.mig_lifecycle import held_instances, reconcile
+from agent.devices_in_use import Blocked, devices_in_use, live_assigned
+from agent.metrics import PODRESOURCES_ERRORS, observe
+from agent.mig_lifecycle import held_instances, reconcile, unheld
 from agent.node_publisher import NodeApi, desired_annotations, is_dynamic_mig, publish
-from agent.nvml import Nvml
+from agent.nvml import MigInstance, Nvml
 from agent.nvml_topology import read_topology
 from agent.plugin_manager import PluginManager
-from agent.pods import PodLister
+from agent.podresources import PodResourcesSource
+from agent.pods import Pod, PodLister
+from agent.verification import Discrepancy, compare
+from extender.keys import ANNOTATION_DEVICES_IN_USE
+from scoring.facts import GpuSlot
 
 log = logging.getLogger("gpupack.agent")
+METRICS_PORT_ENV, DEFAULT_METRICS_PORT = "GPUPACK_AGENT_METRICS_PORT", 9402  # 0: no metrics server
+LEFTOVER = "MIG instance exists in NVML, no pod holds it, and it could not be destroyed"
 
 
 @dataclass
@@ -37,9 +48,11 @@ class AgentLoop:
     pods: PodLister
     node_api: NodeApi
     plugin_dir: Path
+    podresources: PodResourcesSource | None = None
     dynamic_mig: bool = False
     numa: tuple[int, ...] = ()
     manager: PluginManager = field(init=False)
+    discrepancies: list[Discrepancy] = field(default_factory=list)  # the last podresources comparison
 
     def __post_init__(self) -> None:
         allocator = Allocator(self.node, self.nvml, self.pods, self.read_gpus)
@@ -50,26 +63,49 @@ class AgentLoop:
         return NodeGpus.read(self.nvml, self.numa, self.dynamic_mig)
 
     def step(self) -> None:
-        """One round: node facts, MIG reconcile, plugins."""
+        """One round: MIG reconcile, verification, node annotations, plugins."""
         self.dynamic_mig = is_dynamic_mig(self.node_api.get_node())
         topology = read_topology(self.nvml)
         self.numa = topology.numa
+        leftovers: list[MigInstance] = []
         if self.dynamic_mig:
             with self.manager.allocator.lock:  # never between an Allocate's pod list and its create
-                for gone in reconcile(self.nvml, held_instances(self.pods.pods_on_node(), self.node)):
+                held = held_instances(self.pods.pods_on_node(), self.node)
+                for gone in reconcile(self.nvml, held):
                     log.info("destroyed %s@%d on GPU %d: no live pod holds it", gone.profile, gone.start, gone.gpu)
+                leftovers = unheld(self.nvml, held)
         gpus = self.read_gpus()
-        patch = publish(self.node_api, desired_annotations(topology, gpus))
+        in_use = self.verify(self.pods.pods_on_node(), gpus, leftovers)
+        patch = publish(self.node_api, desired_annotations(topology, gpus) | {ANNOTATION_DEVICES_IN_USE: in_use})
         if patch:
             log.info("published %s", sorted(patch))
         self.manager.sync(advertised(gpus))
+
+    def verify(self, pods: list[Pod], gpus: NodeGpus, leftovers: list[MigInstance]) -> str | None:
+        """Compare podresources with the assignments; the `devices-in-use` value (None: nothing to tell)."""
+        if self.podresources is not None:
+            try:
+                self.discrepancies = compare(self.podresources.list_held(), pods, gpus)
+            except grpc.RpcError as exc:  # keep the last comparison: the kubelet may be restarting
+                PODRESOURCES_ERRORS.inc()
+                log.warning("podresources List failed: %s", exc.details() if hasattr(exc, "details") else exc)
+        for found in self.discrepancies:
+            log.debug("pod %s holds %s beyond its assignment", found.pod, [s.to_json() for s in found.extra])
+        blocked = self.manager.allocator.refusals.current() + [
+            Blocked(GpuSlot(i.gpu, mig=i.profile, start=i.start), LEFTOVER) for i in leftovers
+        ]
+        observe(self.discrepancies, blocked)
+        return devices_in_use(self.discrepancies, blocked, live_assigned(pods, self.node))
 
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of `gpupack agent` (in a DaemonSet pod; NODE_NAME from the downward API)."""
     from kubernetes import client
+    from prometheus_client import start_http_server
 
+    from agent.metrics import REGISTRY
     from agent.node_publisher import KubeNodeApi
+    from agent.podresources import KubeletPodResources
     from agent.pods import KubePods
     from agent.real_nvml import RealNvml
     from extender.sources.kube_api import load_kube_config
@@ -80,7 +116,12 @@ def run(args: argparse.Namespace) -> int:
         log.error("the node's name is needed: --node or $NODE_NAME")
         return 2
     core = client.CoreV1Api(load_kube_config(args.kubeconfig))
-    loop = AgentLoop(node, RealNvml(), KubePods(core, node), KubeNodeApi(core, node), Path(args.plugin_dir))
+    loop = AgentLoop(
+        node, RealNvml(), KubePods(core, node), KubeNodeApi(core, node), Path(args.plugin_dir), KubeletPodResources()
+    )
+    metrics_port = int(os.environ.get(METRICS_PORT_ENV, DEFAULT_METRICS_PORT))
+    if metrics_port:
+        start_http_server(metrics_port, registry=REGISTRY)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

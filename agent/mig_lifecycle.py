@@ -55,19 +55,25 @@ def held_instances(pods: Iterable[Mapping[str, Any]], node: str) -> Held:
     return held
 
 
+def unheld(nvml: Nvml, held: Held) -> list[MigInstance]:
+    """Instances on MIG-enabled GPUs that no live pod holds."""
+    return [
+        instance
+        for gpu in nvml.gpus()
+        if nvml.mig_enabled(gpu.index)
+        for instance in nvml.mig_instances(gpu.index)
+        if (gpu.index, instance.profile, instance.start) not in held
+    ]
+
+
 def reconcile(nvml: Nvml, held: Held) -> list[MigInstance]:
     """Destroy instances on MIG-enabled GPUs that no live pod holds; returns the ones destroyed."""
     destroyed = []
-    for gpu in nvml.gpus():
-        if not nvml.mig_enabled(gpu.index):
+    for instance in unheld(nvml, held):
+        try:
+            nvml.destroy_mig(instance.gpu, instance.start)
+        except NvmlError as exc:  # in use by a process, most likely: try again next time
+            log.warning("cannot destroy %s@%d on GPU %d: %s", instance.profile, instance.start, instance.gpu, exc)
             continue
-        for instance in nvml.mig_instances(gpu.index):
-            if (gpu.index, instance.profile, instance.start) in held:
-                continue
-            try:
-                nvml.destroy_mig(gpu.index, instance.start)
-            except NvmlError as exc:  # in use by a process, most likely: try again next time
-                log.warning("cannot destroy %s@%d on GPU %d: %s", instance.profile, instance.start, gpu.index, exc)
-                continue
-            destroyed.append(instance)
+        destroyed.append(instance)
     return destroyed

@@ -34,6 +34,7 @@ ANNOTATION_MIG = "gpupack.io/mig"
 ANNOTATION_MIG_LAYOUT = "gpupack.io/mig-layout"
 ANNOTATION_GPU_TOPOLOGY = "gpupack.io/gpu-topology"
 ANNOTATION_HOURLY_COST = "gpupack.io/hourly-cost"
+ANNOTATION_DEVICES_IN_USE = "gpupack.io/devices-in-use"  # written by gpupack agent (docs/agent.md)
 
 
 def decode_json(value: object) -> object:

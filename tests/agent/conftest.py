@@ -21,6 +21,8 @@ from agent.fake_nvml import FakeNvml
 from agent.kubelet import KUBELET_SOCKET
 from agent.kubelet import deviceplugin_pb2 as pb
 from agent.kubelet import deviceplugin_pb2_grpc as pb_grpc
+from agent.kubelet import podresources_pb2 as pr
+from agent.kubelet import podresources_pb2_grpc as pr_grpc
 from agent.nvml_topology import read_topology
 from agent.plugin_manager import PluginManager
 from agent.pods import MemoryPods
@@ -166,3 +168,46 @@ def agents() -> Iterator[list[Agent]]:
     yield started
     for agent in started:
         agent.manager.stop()
+
+
+class FakePodResources:
+    """The kubelet's podresources v1 server on a unix socket; `pods` is what `List` answers."""
+
+    def __init__(self, socket: Path) -> None:
+        self.socket = socket
+        self.pods: list[pr.PodResources] = []
+        self._server: grpc.Server | None = None
+
+    def hold(self, pod: str, devices: dict[str, list[str]], container: str = "c0") -> None:
+        """The kubelet admitted `pod` (namespace/name) with one container holding `devices` by resource."""
+        namespace, name = pod.split("/")
+        held = [pr.ContainerDevices(resource_name=r, device_ids=ids) for r, ids in devices.items()]
+        containers = [pr.ContainerResources(name=container, devices=held)]
+        self.pods.append(pr.PodResources(name=name, namespace=namespace, containers=containers))
+
+    def start(self) -> None:
+        fake = self
+
+        class Lister(pr_grpc.PodResourcesListerServicer):
+            def List(self, request: pr.ListPodResourcesRequest, context: Any) -> pr.ListPodResourcesResponse:
+                return pr.ListPodResourcesResponse(pod_resources=fake.pods)
+
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        pr_grpc.add_PodResourcesListerServicer_to_server(Lister(), server)
+        server.add_insecure_port(f"unix://{self.socket}")
+        server.start()
+        self._server = server
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop(grace=0).wait()
+            self._server = None
+
+
+@pytest.fixture
+def podresources(plugin_dir: Path) -> Iterator[FakePodResources]:
+    """A fake podresources server in the test's temporary folder."""
+    fake = FakePodResources(plugin_dir / "pod-resources.sock")
+    fake.start()
+    yield fake
+    fake.stop()

@@ -1,0 +1,43 @@
+"""The agent's Prometheus metrics (its own registry, served on `GPUPACK_AGENT_METRICS_PORT`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from agent.devices_in_use import Blocked
+from agent.verification import Discrepancy
+
+REGISTRY = CollectorRegistry()
+PODS_WITH_UNASSIGNED_DEVICES = Gauge(
+    "gpupack_agent_pods_with_unassigned_devices",
+    "Pods holding GPU devices (podresources) that their gpupack.io/assignment does not name",
+    registry=REGISTRY,
+)
+PODS_MISSING_ASSIGNED_DEVICES = Gauge(
+    "gpupack_agent_pods_missing_assigned_devices",
+    "Pods listed by the kubelet that do not hold a device their gpupack.io/assignment names",
+    registry=REGISTRY,
+)
+UNKNOWN_DEVICES = Gauge(
+    "gpupack_agent_unknown_devices", "Device IDs held by pods that are no GPU or MIG instance of this node",
+    registry=REGISTRY,
+)
+BLOCKED_SLOTS = Gauge(
+    "gpupack_agent_blocked_slots", "Slots reported blocked in gpupack.io/devices-in-use", registry=REGISTRY
+)
+MIG_CREATE_REFUSALS = Counter(
+    "gpupack_agent_mig_create_refusals", "Assigned dynamic-MIG instances NVML refused to create", registry=REGISTRY
+)
+PODRESOURCES_ERRORS = Counter(
+    "gpupack_agent_podresources_errors", "Failed podresources List calls to the kubelet", registry=REGISTRY
+)
+
+
+def observe(discrepancies: Sequence[Discrepancy], blocked: Sequence[Blocked]) -> None:
+    """Set the gauges from one verification round."""
+    PODS_WITH_UNASSIGNED_DEVICES.set(sum(1 for d in discrepancies if d.extra))
+    PODS_MISSING_ASSIGNED_DEVICES.set(sum(1 for d in discrepancies if d.missing))
+    UNKNOWN_DEVICES.set(sum(d.unknown for d in discrepancies))
+    BLOCKED_SLOTS.set(len(blocked))
