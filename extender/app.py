@@ -39,6 +39,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
 from extender import openapi, verbs
+from extender.inline import HeavyRequest, on_event_loop
 from extender.metrics import CONTENT_TYPE, Metrics
 from extender.settings import Settings
 from extender.state import ClusterState
@@ -102,7 +103,10 @@ class VerbEndpoint:
                 return 408, error_json(f"request body not received within {limit:g} s")
             if self.inline and len(body) <= INLINE_BODY_BYTES and lock.acquire(blocking=False):
                 try:
-                    return 200, self.handle(body)
+                    with on_event_loop():
+                        return 200, self.handle(body)
+                except HeavyRequest:
+                    pass  # decided in a worker thread below (extender.inline)
                 finally:
                     lock.release()
             return 200, await within(run_in_threadpool(self.handle, body), limit - (time.perf_counter() - started))

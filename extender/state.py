@@ -51,6 +51,7 @@ from typing import Any, TypeVar
 import numpy as np
 import orjson
 
+from extender.inline import leave_the_loop_if_heavy
 from extender.keys import ANNOTATION_ASSIGNMENT
 from extender.node_facts import NodeFactsError, facts_from_node, node_is_schedulable, node_name
 from extender.pod_request import (
@@ -501,6 +502,7 @@ class ClusterState:
         key = pod_key(pod)
         uid = identity(pod_uid(pod), key)
         request = request_from_pod(pod)
+        leave_the_loop_if_heavy(request)
         if uid not in self._seen:
             self.engine.observe(request)
             if len(self._seen) >= SEEN_LIMIT:
