@@ -54,6 +54,7 @@ import orjson
 from extender.inline import leave_the_loop_if_heavy
 from extender.keys import ANNOTATION_ASSIGNMENT
 from extender.node_facts import NodeFactsError, facts_from_node, node_is_schedulable, node_name
+from extender.node_usage import NodeUsageBook, read_node_usage
 from extender.pod_request import (
     AssignmentError,
     UnreadableCharge,
@@ -162,6 +163,7 @@ class ClusterState:
         self.engine = Engine(self.inventory, settings.policy_spec())
         self.first_fit = Engine(self.inventory, baseline("first-fit"))
         self.book = ReservationBook(settings.reservation_ttl_seconds, clock)
+        self.node_usage = NodeUsageBook(self.inventory)  # gpupack.io/devices-in-use, from gpupack agent
         self.writer: ClusterWriter | None = None
         self._prices = settings.price_table()
         self._bad: dict[str, str] = {}
@@ -228,6 +230,7 @@ class ClusterState:
             return
         try:
             facts = facts_from_node(node, self._prices)
+            usage = read_node_usage(node)
         except NodeFactsError as exc:
             self._node_gone(name, str(exc))
             return
@@ -236,9 +239,10 @@ class ClusterState:
         else:
             self._unschedulable.add(name)
         row = self.inventory.index.get(name)
-        if row is not None and self.inventory.facts[row] == facts:
+        same_usage = self.node_usage.unchanged(usage)
+        if row is not None and self.inventory.facts[row] == facts and same_usage:
             return
-        if row is not None:
+        if row is not None and same_usage:
             try:
                 self.inventory.update_node(facts)  # same GPUs: change in place, allocations stay
                 return
@@ -247,6 +251,7 @@ class ClusterState:
         held = self.book.on_node(name)
         if row is not None:
             self._detach(name)
+        self.node_usage.set(usage)
         try:
             self.inventory.add_node(facts)
         except InventoryError as exc:
@@ -264,6 +269,7 @@ class ClusterState:
             self.book.forget(reservation.uid, "node gone")
         if name in self.inventory.index:
             self._detach(name)
+        self.node_usage.forget(name)
         if bad_reason is None:
             self._bad.pop(name, None)
             self._unschedulable.discard(name)
@@ -294,6 +300,8 @@ class ClusterState:
                 self.inventory.commit(reservation.placement)
             except InventoryError:
                 self.book.forget(reservation.uid, "node changed")
+        if self._synced:  # before that, every claim of the first list goes first (rule 4)
+            self._hold(name)
         for record in records:
             if record.placement is None:
                 self._take_fallback(record)
@@ -395,9 +403,16 @@ class ClusterState:
         for reservation in self.book.orphans():  # bound long before this list, yet not in it: gone
             logger.info("pod %s bound to %s is gone; releasing its hold", reservation.key, reservation.node)
             self._release(self.book.forget(reservation.uid, "pod gone"))
+        for name in list(self.node_usage.usage) if first else ():
+            self._hold(name)
         self._retry_unplaced(None)
 
     # ------------------------------------------------------------------ accounting
+    def _hold(self, name: str) -> None:
+        """Charge what the node's gpupack.io/devices-in-use holds beyond the pods' assignments."""
+        unclaimed = {self._pods[uid].key for uid in self._by_node.get(name, ()) if self._pods[uid].claimed is None}
+        self.node_usage.commit_hold(name, unclaimed)
+
     def _take(self, record: PodRecord) -> None:
         if not self._take_exact(record):
             self._take_fallback(record)
@@ -439,6 +454,8 @@ class ClusterState:
         elif record.request.kind == Kind.NONE:
             self._take_exact(record)
             return
+        elif (observed := self.node_usage.observed(record.node, record.key, record.request)) is not None:
+            placement, how = observed, "devices-in-use"  # what gpupack agent saw it hold, not a guess
         else:
             request = dataclasses.replace(record.request, allowed_products=None)
             placement, how = self.first_fit.decide(request, [record.node]).placement, "first-fit"

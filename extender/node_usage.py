@@ -1,0 +1,151 @@
+"""What `gpupack.io/devices-in-use` (written by `gpupack agent`, docs/agent.md) makes `gpupack serve` charge.
+
+The annotation lists, per pod, GPU slots the kubelet handed it that its assignment does not name, and
+slots that are blocked (NVML refused to create an instance there; an instance no pod holds could not
+be destroyed). The agent leaves out every slot a live pod's assignment already names. Serve charges:
+- for a pod it would place by first-fit (no valid assignment), the slots the annotation lists for it
+  instead of a first-fit guess (`observed`);
+- everything else the annotation lists as one node *hold* (`commit_hold`), committed after the pods'
+  own assignments and reservations: a slot that no longer fits (already charged, or garbage such as a
+  GPU the node does not have) is skipped, so nothing is counted twice. The hold takes one pod slot.
+A change of the annotation rebuilds the node's accounting (as a change of its facts does).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from extender.keys import ANNOTATION_DEVICES_IN_USE, decode_json
+from extender.node_facts import NodeFactsError, node_name
+from extender.pod_request import _slot as parse_slot  # one spelling of an assignment slot
+from scoring.facts import GpuSlot, Placement
+from scoring.inventory import Inventory, InventoryError
+from scoring.request import PodRequest
+
+logger = logging.getLogger(__name__)
+MAX_REASON = 500
+
+
+@dataclass(frozen=True)
+class NodeUsage:
+    """One node's `gpupack.io/devices-in-use`, decoded (empty when absent)."""
+
+    node: str
+    pods: tuple[tuple[str, tuple[GpuSlot, ...]], ...] = ()  # (namespace/name, extra slots), sorted
+    blocked: tuple[GpuSlot, ...] = ()
+
+    def slots_of(self, pod: str) -> tuple[GpuSlot, ...]:
+        """The slots listed for one pod."""
+        return next((slots for key, slots in self.pods if key == pod), ())
+
+
+def read_node_usage(node: Mapping[str, Any]) -> NodeUsage:
+    """The node's annotation decoded; NodeFactsError naming node and key on garbage."""
+    name = node_name(node)
+    text = ((node.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_DEVICES_IN_USE)
+    if text is None:
+        return NodeUsage(name)
+    try:
+        return parse_devices_in_use(name, decode_json(text))
+    except ValueError as exc:
+        raise NodeFactsError(name, ANNOTATION_DEVICES_IN_USE, str(exc)) from None
+
+
+def parse_devices_in_use(node: str, data: object) -> NodeUsage:
+    """A decoded value: {"pods": {"ns/name": [slot, ...]}, "blocked": [slot + "reason", ...]}; ValueError."""
+    if not isinstance(data, dict) or not set(data) <= {"pods", "blocked"}:
+        raise ValueError('must be a JSON object with keys "pods" and/or "blocked"')
+    pods, blocked = data.get("pods", {}), data.get("blocked", [])
+    if not isinstance(pods, dict) or not all(isinstance(k, str) and isinstance(v, list) for k, v in pods.items()):
+        raise ValueError("pods must map namespace/name to a list of slots")
+    if not isinstance(blocked, list):
+        raise ValueError("blocked must be a list of slots")
+    parsed = tuple(sorted((key, tuple(parse_slot(i, e) for i, e in enumerate(slots))) for key, slots in pods.items()))
+    return NodeUsage(node, parsed, tuple(_blocked_slot(i, entry) for i, entry in enumerate(blocked)))
+
+
+def _blocked_slot(position: int, entry: object) -> GpuSlot:
+    if not isinstance(entry, dict):
+        raise ValueError(f"blocked[{position}] must be an object")
+    reason = entry.get("reason", "")
+    if not isinstance(reason, str) or len(reason) > MAX_REASON:
+        raise ValueError(f"blocked[{position}].reason must be a string of at most {MAX_REASON} characters")
+    return parse_slot(position, {k: v for k, v in entry.items() if k != "reason"})
+
+
+@dataclass
+class NodeUsageBook:
+    """Each node's decoded annotation and the hold committed for it (serve's state holds one book)."""
+
+    inventory: Inventory
+    usage: dict[str, NodeUsage] = field(default_factory=dict)
+    holds: dict[str, Placement] = field(default_factory=dict)
+
+    def unchanged(self, usage: NodeUsage) -> bool:
+        """The node's annotation says what the book already holds."""
+        return self.usage.get(usage.node, NodeUsage(usage.node)) == usage
+
+    def set(self, usage: NodeUsage) -> None:
+        """Remember a node's new annotation (its hold is committed again by `commit_hold`)."""
+        self.forget(usage.node)
+        if usage.pods or usage.blocked:
+            self.usage[usage.node] = usage
+
+    def forget(self, node: str) -> None:
+        """The node is gone or rebuilt: its annotation and hold are forgotten."""
+        self.usage.pop(node, None)
+        self.holds.pop(node, None)
+
+    def commit_hold(self, node: str, placed_by_pod: set[str]) -> Placement | None:
+        """Commit the node's hold: blocked slots and the slots of listed pods not in `placed_by_pod`."""
+        usage = self.usage.get(node)
+        if usage is None:
+            return None
+        slots = [*usage.blocked, *(s for pod, listed in usage.pods if pod not in placed_by_pod for s in listed)]
+        hold = commit_what_fits(self.inventory, Placement(node, tuple(dict.fromkeys(slots))))
+        if hold is not None:
+            self.holds[node] = hold
+        return hold
+
+    def observed(self, node: str, pod: str, request: PodRequest) -> Placement | None:
+        """For a pod without a valid assignment: its CPU, memory and its listed slots not in the hold.
+
+        None when the annotation does not list the pod or that placement does not fit now (then
+        first-fit). Nothing is committed: the caller commits what this returns.
+        """
+        usage = self.usage.get(node)
+        listed = usage.slots_of(pod) if usage is not None else ()
+        if not listed:
+            return None
+        held = self.holds.get(node)
+        slots = tuple(s for s in listed if held is None or s not in held.slots)  # the hold charges those
+        placement = Placement(node, slots, request.cpu_milli, request.memory_bytes)
+        try:
+            self.inventory.commit(placement)
+        except InventoryError as exc:
+            logger.info("node %s: %s for pod %s does not fit (%s)", node, ANNOTATION_DEVICES_IN_USE, pod, exc)
+            return None
+        self.inventory.release(placement)
+        return placement
+
+
+def commit_what_fits(inventory: Inventory, wanted: Placement) -> Placement | None:
+    """Commit the largest prefix-greedy subset of `wanted`'s slots that fits; None when none does."""
+    taken: list[GpuSlot] = []
+    for slot in wanted.slots:
+        trial = Placement(wanted.node, (*taken, slot))
+        try:
+            inventory.commit(trial)
+        except InventoryError as exc:
+            logger.debug("node %s: %s slot %s skipped: %s", wanted.node, ANNOTATION_DEVICES_IN_USE, slot, exc)
+            continue
+        inventory.release(trial)
+        taken.append(slot)
+    if not taken:
+        return None
+    hold = Placement(wanted.node, tuple(taken))
+    inventory.commit(hold)
+    return hold
