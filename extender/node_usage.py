@@ -20,7 +20,7 @@ from typing import Any
 
 from extender.keys import ANNOTATION_DEVICES_IN_USE, decode_json
 from extender.node_facts import NodeFactsError, node_name
-from extender.pod_request import _slot as parse_slot  # one spelling of an assignment slot
+from extender.pod_request import parse_slot
 from scoring.facts import GpuSlot, Placement
 from scoring.inventory import Inventory, InventoryError
 from scoring.request import PodRequest

@@ -300,12 +300,14 @@ def parse_assignment(data: object, request: PodRequest) -> Placement:
         raise ValueError("node must be a non-empty string")
     if not isinstance(entries, list):
         raise ValueError("gpus must be a list")
-    slots = tuple(_slot(i, entry) for i, entry in enumerate(entries))
+    slots = tuple(parse_slot(i, entry) for i, entry in enumerate(entries))
     _check_matches(slots, request)
     return Placement(node, slots, cpu_milli=request.cpu_milli, memory_bytes=request.memory_bytes)
 
 
-def _slot(position: int, entry: object) -> GpuSlot:
+def parse_slot(position: int, entry: object) -> GpuSlot:
+    """One entry of an assignment's `gpus` list (at `position`, for the reason) as a GpuSlot; ValueError
+    on garbage. The `mig` profile is read in either media-extension spelling."""
     where = f"gpus[{position}]"
     if not isinstance(entry, dict) or set(entry) not in _SLOT_KEYS:
         raise ValueError(
