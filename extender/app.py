@@ -14,8 +14,12 @@
   logged (with its traceback the first time per verb and exception type) and answered in the verb's
   own terms — a filter `Error`, a bind `Error`, an empty priority list — never a 500.
 - Time limit (`verbTimeoutSeconds`, below kube-scheduler's 5 s `httpTimeout`): a body still
-  arriving then gets 408; a verb still working then is answered in its own terms as above (its
-  thread finishes on its own: a filter's late reservation is reused by the retry or expires by TTL).
+  arriving then gets 408; a verb still working then is answered in its own terms as above, and its
+  thread stops at its next phase, committing nothing (extender.verbs.Deadline); so does the work of
+  a caller that hung up.
+- Heavy bodies (over `heavyBodyBytes`, or without a Content-Length): at most `maxHeavyInFlight` are
+  read and decided at once; one that gets no slot within the time limit is answered in the verb's
+  own terms ("busy"), so memory stays bounded whatever arrives (#13 item 3).
 - `GET /healthz` (alive), `GET /readyz` (503 until synced and warmed up), `GET /metrics`,
   `GET /openapi.json` (the bodies as extender.openapi describes them; no docs UI).
 - Unknown paths (`/filter/` included: no slash redirects) and wrong methods: 404 / 405 `{"Error": reason}`.
@@ -71,12 +75,13 @@ class VerbEndpoint:
     """The ASGI endpoint of one verb: reads the body, handles it (see the module docstring), answers JSON."""
 
     verb: str
-    handle: Callable[[bytes], bytes]  # body -> answer
+    handle: Callable[[bytes, verbs.Deadline], bytes]  # body, until when it is wanted -> answer
     fallback: Callable[[str], bytes]  # reason -> the verb's own error answer
     state: ClusterState
     settings: Settings
     metrics: Metrics
     inline: bool = False  # may run on the event loop (see INLINE_BODY_BYTES)
+    heavy: verbs.HeavyGate | None = None  # shared by the verbs; None: no limit (bind's bodies are small)
     failures_logged: set[str] = field(default_factory=set)  # exception types already logged with a traceback
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -95,30 +100,44 @@ class VerbEndpoint:
         """(HTTP status, body) for one call."""
         limit = self.settings.verb_timeout_seconds
         lock = self.state.lock
+        slot = None
         try:
+            if self.heavy is not None and self.is_heavy(scope):
+                slot = await self.heavy.take(limit - (time.perf_counter() - started))
+                if slot is None:
+                    return 200, self.fallback(f"gpupack is busy with other large {self.verb} bodies; retry")
             try:
                 async with asyncio.timeout(limit):  # no extra task, unlike wait_for
                     body = await read_body(scope, receive, self.settings.max_body_bytes)
             except TimeoutError:
                 return 408, error_json(f"request body not received within {limit:g} s")
+            deadline = verbs.Deadline(started + limit)
             if self.inline and len(body) <= INLINE_BODY_BYTES and lock.acquire(blocking=False):
                 try:
                     with on_event_loop():
-                        return 200, self.handle(body)
+                        return 200, self.handle(body, deadline)
                 except HeavyRequest:
                     pass  # decided in a worker thread below (extender.inline)
                 finally:
                     lock.release()
-            return 200, await within(run_in_threadpool(self.handle, body), limit - (time.perf_counter() - started))
+            work = run_in_threadpool(self.handle, body, deadline)
+            watcher = asyncio.ensure_future(watch_disconnect(receive, deadline))
+            try:
+                return 200, await within(slot.around(work) if slot else work, deadline.at - time.perf_counter())
+            finally:
+                watcher.cancel()
         except BodyTooLarge as exc:
             return 413, error_json(str(exc))
         except WireError as exc:
             return 400, error_json(str(exc))
         except ClientGone:
             raise
+        except verbs.Abandoned as exc:
+            if exc.caller_gone:
+                raise ClientGone from None
+            return self.too_slow(limit)
         except TooSlow:
-            logger.warning("%s took longer than %g s; answered with an error", self.verb, limit)
-            return 200, self.fallback(f"gpupack {self.verb} took longer than {limit:g} s")
+            return self.too_slow(limit)
         except Exception as exc:
             kind = type(exc).__name__
             self.metrics.internal_error(self.verb, kind)
@@ -128,11 +147,25 @@ class VerbEndpoint:
                 self.failures_logged.add(kind)
                 logger.exception("%s failed unexpectedly", self.verb)
             return 200, self.fallback(f"gpupack internal error in {self.verb}: {kind}")
+        finally:
+            if slot is not None:
+                slot.close()
+
+    def too_slow(self, limit: float) -> tuple[int, bytes]:
+        """The verb's own error answer for a call that ran past `limit` seconds."""
+        logger.warning("%s took longer than %g s; answered with an error", self.verb, limit)
+        return 200, self.fallback(f"gpupack {self.verb} took longer than {limit:g} s")
+
+    def is_heavy(self, scope: Scope) -> bool:
+        """A body over `heavyBodyBytes`, or of unknown size (kube-scheduler always sends Content-Length)."""
+        declared = next((value for name, value in scope["headers"] if name == b"content-length"), None)
+        return declared is None or not declared.isdigit() or int(declared) > self.settings.heavy_body_bytes
 
 
 def create_app(state: ClusterState, settings: Settings, metrics: Metrics | None = None) -> FastAPI:
     """The extender's FastAPI application over `state`."""
     metrics = metrics or Metrics(state)
+    heavy = verbs.HeavyGate(settings.max_heavy_in_flight)
     app = FastAPI(
         title="gpupack", docs_url=None, redoc_url=None, openapi_url="/openapi.json", redirect_slashes=False
     )  # `POST /filter/` is a 404, not a redirect a client may follow with a GET
@@ -141,15 +174,15 @@ def create_app(state: ClusterState, settings: Settings, metrics: Metrics | None 
     app.state.metrics = metrics
     endpoints = {
         "filter": VerbEndpoint(
-            "filter", lambda body: verbs.filter_body(state, settings, body),
-            lambda reason: filter_error(reason).to_json(), state, settings, metrics, inline=True,
+            "filter", lambda body, deadline: verbs.filter_body(state, settings, body, deadline),
+            lambda reason: filter_error(reason).to_json(), state, settings, metrics, inline=True, heavy=heavy,
         ),
         "prioritize": VerbEndpoint(
-            "prioritize", lambda body: verbs.prioritize_body(state, body), lambda reason: b"[]",
-            state, settings, metrics, inline=True,
+            "prioritize", lambda body, deadline: verbs.prioritize_body(state, body, deadline),
+            lambda reason: b"[]", state, settings, metrics, inline=True, heavy=heavy,
         ),
         "bind": VerbEndpoint(
-            "bind", lambda body: verbs.bind_body(state, body),
+            "bind", lambda body, _deadline: verbs.bind_body(state, body),
             lambda reason: ExtenderBindingResult(error=reason).to_json(), state, settings, metrics,
         ),
     }  # fmt: skip
@@ -199,8 +232,17 @@ async def within(work: Awaitable[bytes], seconds: float) -> bytes:
     return task.result()
 
 
+async def watch_disconnect(receive: Receive, deadline: verbs.Deadline) -> None:
+    """Mark `deadline` gone when the client hangs up (the body is in: the next message is the disconnect)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    deadline.gone.set()
+
+
 def _drop_result(task: asyncio.Future[bytes]) -> None:
-    if not task.cancelled() and task.exception() is not None:
+    if not task.cancelled() and isinstance(task.exception(), verbs.Abandoned):
+        logger.info("a verb that timed out stopped: %s", task.exception())
+    elif not task.cancelled() and task.exception() is not None:
         logger.warning("a verb that timed out failed later: %s", type(task.exception()).__name__)
 
 

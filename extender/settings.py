@@ -101,6 +101,26 @@ class Settings(BaseSettings):
         5.0, gt=0, description="a connection whose request line and headers are not in within this time is closed"
     )
     max_connections: int = Field(256, ge=1, description="connections beyond this many are closed at once")
+    # Bounds on what one request can cost (#13 item 3): 16 MiB of unknown NodeNames once cost a 65 MiB
+    # answer, and four 16 MiB bodies at once 2.8 GB of RSS, past the sidecar's 2Gi memory limit.
+    max_candidates: int = Field(
+        20_000,
+        ge=1,
+        description="NodeNames or Nodes items per filter/prioritize call; more get HTTP 400 (kube-scheduler "
+        "sends at most the cluster's nodes, and Kubernetes' scalability limit is 5,000)",
+    )
+    heavy_body_bytes: int = Field(
+        1 << 20,
+        ge=1024,
+        description="a body larger than this is heavy: parsing it costs up to ~20x its size in memory, so "
+        "only maxHeavyInFlight are read and decided at once (5,000 NodeNames are ~100 KiB)",
+    )
+    max_heavy_in_flight: int = Field(
+        1,
+        ge=1,
+        description="heavy bodies read, parsed and decided at once; the others wait, within "
+        "verbTimeoutSeconds, and are then answered in the verb's own terms (kube-scheduler retries)",
+    )
 
     @field_validator("prices")
     @classmethod

@@ -84,6 +84,7 @@ UNSCHEDULABLE_NODE = "node is cordoned or not Ready"
 NOT_CHOSEN = "gpupack chose another node"
 NOT_SYNCED = "gpupack has not yet listed the cluster; retry shortly"
 SEEN_LIMIT = 100_000  # pods whose request is remembered between filter and bind
+SEEN_BYTES_LIMIT = 64 << 20  # ... and their size: a request can name many GPU products (#13 item 3)
 Answer = TypeVar("Answer")
 
 
@@ -147,6 +148,12 @@ class Snapshot:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _seen_bytes(uid: str, key: str, request: PodRequest) -> int:
+    """About what one `_seen` entry holds: its strings and a fixed overhead per object."""
+    products = request.allowed_products or ()
+    return 512 + len(uid) + len(key) + sum(64 + len(product) for product in products)
+
+
 def identity(uid: str, key: str) -> str:
     """How a pod is tracked: its uid, or namespace/name for hand-written objects without one."""
     return uid or key
@@ -173,6 +180,7 @@ class ClusterState:
         self._unplaced: set[str] = set()
         self._unreadable: set[str] = set()  # bound pods charged conservatively (UnreadableCharge)
         self._seen: OrderedDict[str, tuple[str, PodRequest]] = OrderedDict()
+        self._seen_bytes = 0  # _seen_bytes() summed over _seen
         self._pending: OrderedDict[str, tuple[str, PodRequest]] = OrderedDict()  # unbound GPU pods
         self._synced = False
         self._warm = False
@@ -375,7 +383,7 @@ class ClusterState:
         self._pending.move_to_end(uid)
 
     def _pod_deleted(self, uid: str) -> None:
-        self._seen.pop(uid, None)
+        self._forget_seen(uid)
         self._pending.pop(uid, None)
         self._release(self.book.forget(uid, "pod deleted"))
         record = self._pods.get(uid)
@@ -522,11 +530,18 @@ class ClusterState:
         leave_the_loop_if_heavy(request)
         if uid not in self._seen:
             self.engine.observe(request)
-            if len(self._seen) >= SEEN_LIMIT:
-                self._seen.popitem(last=False)
+        self._forget_seen(uid)
+        size = _seen_bytes(uid, key, request)
+        while self._seen and (len(self._seen) >= SEEN_LIMIT or self._seen_bytes + size > SEEN_BYTES_LIMIT):
+            self._forget_seen(next(iter(self._seen)))  # the oldest first
         self._seen[uid] = (key, request)
-        self._seen.move_to_end(uid)
+        self._seen_bytes += size
         return uid, key, request
+
+    def _forget_seen(self, uid: str) -> None:
+        seen = self._seen.pop(uid, None)
+        if seen is not None:
+            self._seen_bytes -= _seen_bytes(uid, *seen)
 
     def _split(self, candidates: Sequence[str] | NameArray) -> tuple[np.ndarray, dict[str, str]]:
         """The candidates gpupack can place on, as a mask over inventory rows, and the others with why

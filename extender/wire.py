@@ -20,6 +20,13 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from scoring.names import NameArray, RowReasons
 
 MAX_EXTENDER_PRIORITY = 10  # extenderv1.MaxExtenderPriority
+# Identifier lengths (#13 item 3): Kubernetes' own limits, so a body kube-scheduler sends always fits,
+# and what gpupack keeps per pod (extender.state's `_seen`) and echoes per node stays small.
+MAX_NAME_CHARS = 253  # pod and node names: DNS subdomains (RFC 1123)
+MAX_NAMESPACE_CHARS = 63  # namespaces: DNS labels
+MAX_UID_CHARS = 253  # the API server's uids are 36-character UUIDs; hand-written ones get a name's room
+MAX_REASON_CHARS = 256  # a per-node reason in an answer; longer ones (quoting the pod) are cut
+DEFAULT_MAX_CANDIDATES = 20_000  # Settings.max_candidates
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -112,8 +119,15 @@ def _node_list_json(nodes: NodeList) -> bytes:
 
 def _map_json(reasons: Mapping[str, str]) -> tuple[bytes, ...]:
     if isinstance(reasons, RowReasons):
-        return b"{", reasons.members_json(), b"}"
+        return b"{", reasons.members_json(), b"}"  # gpupack's own short reason texts
+    if any(len(reason) > MAX_REASON_CHARS for reason in reasons.values()):
+        reasons = {name: clip(reason) for name, reason in reasons.items()}  # one reason per node: keep each small
     return (orjson.dumps(reasons),)  # a dict: pydantic makes one, filter_result's _plain too
+
+
+def clip(text: str, limit: int = MAX_REASON_CHARS) -> str:
+    """`text`, cut to `limit` characters with a mark when longer (a reason may quote the pod's own values)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class HostPriority(_Wire):
@@ -126,10 +140,10 @@ class HostPriority(_Wire):
 class ExtenderBindingArgs(_Wire):
     """Body of `POST /bind`."""
 
-    pod_name: str = Field(alias="PodName")
-    pod_namespace: str = Field(alias="PodNamespace")
-    pod_uid: str = Field(alias="PodUID")
-    node: str = Field(alias="Node")
+    pod_name: str = Field(alias="PodName", max_length=MAX_NAME_CHARS)
+    pod_namespace: str = Field(alias="PodNamespace", max_length=MAX_NAMESPACE_CHARS)
+    pod_uid: str = Field(alias="PodUID", max_length=MAX_UID_CHARS)
+    node: str = Field(alias="Node", max_length=MAX_NAME_CHARS)
 
 
 class ExtenderBindingResult(_Wire):
@@ -142,8 +156,9 @@ class ExtenderBindingResult(_Wire):
         return orjson.dumps(self.model_dump(by_alias=True))
 
 
-def parse_extender_args(body: bytes) -> ExtenderArgs:
-    """Parse a filter/prioritize body. Raises WireError unless exactly one of Nodes / NodeNames is set.
+def parse_extender_args(body: bytes, max_candidates: int = DEFAULT_MAX_CANDIDATES) -> ExtenderArgs:
+    """Parse a filter/prioritize body. Raises WireError unless exactly one of Nodes / NodeNames is set,
+    or when it names more than `max_candidates` nodes or a node name longer than MAX_NAME_CHARS.
 
     A body laid out as kube-scheduler writes it with nodeCacheCapable (`NodeNames` last, plain names)
     keeps the names in their bytes (`ExtenderArgs.name_array`); any other body is parsed whole.
@@ -153,6 +168,8 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
         rest, names = fast
         if rest.get("Nodes") is not None:
             raise WireError("exactly one of Nodes and NodeNames must be non-null, got both")
+        lengths = names.spans[: len(names), 1] - names.spans[: len(names), 0]  # bytes: names are ASCII
+        _check_candidates("NodeNames", len(names), int(lengths.max(initial=0)), max_candidates)
         args = _validate(rest, ExtenderArgs)
         args._name_array = names
         return args
@@ -164,8 +181,20 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
         names = tuple(_item_name(item) for item in args.nodes.items)
         if not all(names):
             raise WireError(f"Nodes.items[{names.index('')}] has no metadata.name")
+        _check_candidates("Nodes.items", len(names), max(map(len, names), default=0), max_candidates)
         args._names = names
+    elif args.node_names is not None:
+        _check_candidates("NodeNames", len(args.node_names), max(map(len, args.node_names), default=0), max_candidates)
     return args
+
+
+def _check_candidates(field: str, count: int, longest: int, max_candidates: int) -> None:
+    """WireError past `max_candidates` names or a name past MAX_NAME_CHARS (#13 item 3): the work and
+    the answer of a call grow with both."""
+    if count > max_candidates:
+        raise WireError(f"{field}: {count} nodes exceed the limit of {max_candidates} per call (maxCandidates)")
+    if longest > MAX_NAME_CHARS:
+        raise WireError(f"{field}: a node name of {longest} characters exceeds Kubernetes' {MAX_NAME_CHARS}")
 
 
 def parse_binding_args(body: bytes) -> ExtenderBindingArgs:
@@ -276,8 +305,8 @@ def _validate(data: dict[str, Any], model: type[_M]) -> _M:
 
 
 def _describe(exc: ValidationError) -> str:
-    problems = [
-        f"{'.'.join(str(part) for part in error['loc']) or 'body'}: {error['msg']}"
+    problems = [  # a location may hold the body's own keys: clipped, so a reason stays short
+        clip(f"{'.'.join(str(part) for part in error['loc']) or 'body'}: {error['msg']}")
         for error in exc.errors(include_url=False)
     ]
     more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
