@@ -28,7 +28,7 @@ def test_a_burst_of_every_request_kind_lands_legally_and_the_rest_stays_pending(
     # Pods that cannot fit stay Pending, turned down by a fit error (not an extender error).
     for name, messages in settled.pending.items():
         assert FIT_ERROR in messages[-1], f"{name}: {messages[-1]}"
-    # kube-scheduler's own fit ignores gpu-milli: only two of the 600-milli shares fit on the L4's two GPUs,
+    # kube-scheduler's own fit counts 2000 gpu-milli on the L4, but only two 600-milli shares fit its two GPUs,
     # and the rest are turned down by gpupack, whose reason the FailedScheduling event carries.
     l4_pending = {name: messages for name, messages in settled.pending.items() if name.startswith(f"{L4_SHARES}-")}
     assert len(l4_pending) >= 4

@@ -11,16 +11,18 @@ from tests.e2e.reasons import carries_gpupack_reason
 
 def test_a_node_deleted_while_pods_wait_is_not_used_and_a_node_added_later_is(cluster: E2ECluster) -> None:
     first = f"{cluster.prefix}-l4-od-0"
-    cluster.add_nodes([whole_gpu_node(first, L4, 1, "on-demand", 1.60)])
-    holder = cluster.create_pods(pods_of([share(1, 700, L4)]))
-    assert cluster.wait_all_bound(holder) == {holder[0]: first}
+    cluster.add_nodes([whole_gpu_node(first, L4, 2, "on-demand", 1.60)])
+    holders = cluster.create_pods(pods_of([share(2, 700, L4)]))  # 300 milli left on each GPU
+    assert cluster.wait_all_bound(holders) == dict.fromkeys(holders, first)
+    # 600 of the node's 2000 milli are free, so kube-scheduler's own fit lets them through to gpupack
     waiting = cluster.create_pods(pods_of([share(2, 600, L4)]))
     settled = cluster.wait_settled(waiting)
     assert set(settled.pending) == set(waiting)
     assert all(carries_gpupack_reason(messages[-1]) for messages in settled.pending.values())
 
     cluster.delete_node(first)
-    cluster.plane.delete_pod(cluster.namespace, holder[0])  # as the pod garbage collector would
+    for holder in holders:
+        cluster.plane.delete_pod(cluster.namespace, holder)  # as the pod garbage collector would
     time.sleep(3)  # room for a wrong bind to the deleted node to show
     assert not cluster.bound(), "a pod was bound while no node could hold it"
 
