@@ -1,10 +1,11 @@
 """The throughput baseline: a kube-scheduler extender that does nothing but answer and bind.
 
 `/filter` answers the first candidate name, found in the request bytes without parsing the JSON;
-`/prioritize` answers no scores; `/bind` creates the Binding with one POST through the official
-client, in a worker thread, as gpupack's binder does. It runs under uvicorn with gpupack's own server
-configuration (`extender.service.uvicorn_config`), so a side-by-side run measures what gpupack's
-decisions, state and watches cost, not a different HTTP stack.
+`/prioritize` answers no scores; `/bind` POSTs the Binding as pre-assembled JSON over a kept-alive TLS
+connection of its worker thread (no client library: the baseline should cost as little as an extender
+can). It runs under uvicorn with gpupack's own server configuration (`extender.service.uvicorn_config`),
+so a side-by-side run measures what gpupack's decisions, state, watches and binder cost, not a
+different HTTP stack.
 
     python -m bench.trivial_extender --kubeconfig PATH --port PORT
 """
@@ -13,8 +14,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
+import ssl
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -48,11 +53,11 @@ class TrivialExtender:
     """An ASGI app: filter keeps the first candidate, bind posts the Binding."""
 
     def __init__(self, kubeconfig: str) -> None:
-        from kubernetes import client
-
-        api_client = load_kube_config(kubeconfig)
-        self.core = client.CoreV1Api(api_client)
-        self.client = client
+        configuration = load_kube_config(kubeconfig).configuration
+        self.api = urlsplit(configuration.host)
+        self.tls = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+        self.tls.load_cert_chain(configuration.cert_file, configuration.key_file)
+        self.connections = threading.local()
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         """Serve one request (or the lifespan protocol)."""
@@ -73,21 +78,30 @@ class TrivialExtender:
     def bind(self, body: bytes) -> bytes:
         """Create the Binding that ExtenderBindingArgs asks for; the answer carries any error."""
         args = orjson.loads(body)
-        binding = self.client.V1Binding(
-            api_version="v1",
-            kind="Binding",
-            metadata=self.client.V1ObjectMeta(name=args["PodName"], namespace=args["PodNamespace"], uid=args["PodUID"]),
-            target=self.client.V1ObjectReference(api_version="v1", kind="Node", name=args["Node"]),
+        name, namespace = args["PodName"], args["PodNamespace"]
+        binding = orjson.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": name, "namespace": namespace, "uid": args["PodUID"]},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": args["Node"]},
+            }
         )
         try:
-            response = self.core.create_namespaced_pod_binding(
-                args["PodName"], args["PodNamespace"], binding, _preload_content=False
-            )
-            response.read()
-            response.release_conn()
-        except Exception as exc:  # the answer carries it to kube-scheduler, which retries the pod
-            return orjson.dumps({"Error": str(exc)[:500]})
-        return b'{"Error":""}'
+            status, answer = self._post(f"/api/v1/namespaces/{namespace}/pods/{name}/binding", binding)
+        except OSError as exc:  # the answer carries it to kube-scheduler, which retries the pod
+            self.connections.current = None
+            return orjson.dumps({"Error": f"{type(exc).__name__}: {exc}"})
+        return b'{"Error":""}' if status < 300 else orjson.dumps({"Error": f"HTTP {status}: {answer[:300]!r}"})
+
+    def _post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        connection = getattr(self.connections, "current", None)
+        if connection is None:
+            connection = http.client.HTTPSConnection(self.api.hostname, self.api.port, context=self.tls, timeout=30)
+            self.connections.current = connection
+        connection.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, response.read()
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:
