@@ -37,7 +37,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -615,7 +615,7 @@ def scrape_line(interval: float | None) -> list[str]:
     return [f"- `/metrics` scraped {how} by one more client thread during the whole run (the `metrics` row)"]
 
 
-def parse_args(argv: Sequence[str] | None) -> tuple[SoakConfig, Path]:
+def parse_args(argv: Sequence[str] | None) -> tuple[SoakConfig, Path, bool]:
     parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, help="filter/prioritize/bind calls in all (default 100000)")
     parser.add_argument("--clients", type=int, help="concurrent clients (default 32)")
@@ -626,6 +626,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[SoakConfig, Path]:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--max-seconds", type=float, default=1200.0, help="stop feeding pods after this")
     parser.add_argument("--scrape-interval", type=float, help="GET /metrics every S seconds meanwhile (0: nonstop)")
+    parser.add_argument("--compare", action="store_true", help="with --scrape-interval: also run without, side by side")
     parser.add_argument("--quick", action="store_true", help="2000 calls, 8 clients, 200 nodes (a smoke test)")
     parser.add_argument("--out", default="bench/results/soak.md", help="markdown report (JSON beside it)")
     args = parser.parse_args(argv)
@@ -640,7 +641,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[SoakConfig, Path]:
         max_seconds=args.max_seconds,
         scrape_interval=args.scrape_interval,
     )
-    return config, Path(args.out)
+    if args.compare and args.scrape_interval is None:
+        parser.error("--compare needs --scrape-interval")
+    return config, Path(args.out), args.compare
 
 
 def write(result: SoakResult, out: Path) -> None:
@@ -651,11 +654,43 @@ def write(result: SoakResult, out: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    config, out = parse_args(argv)
-    result = run(config, log=lambda line: print(line, file=sys.stderr, flush=True))
+    config, out, compare = parse_args(argv)
+    if compare:
+        plain = run(replace(config, scrape_interval=None), log=say)
+        scraped = run(config, log=say)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(scrape_comparison(plain, scraped))
+        print(scrape_comparison(plain, scraped).split("## Soak\n")[0])
+        return 0 if plain.ok and scraped.ok else 1
+    result = run(config, log=say)
     write(result, out)
     print(markdown(result).split("```json")[0])
     return 0 if result.ok else 1
+
+
+def say(line: str) -> None:
+    """Progress to standard error."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def scrape_comparison(plain: SoakResult, scraped: SoakResult) -> str:
+    """The same soak without and with /metrics scraping, filter latency side by side, then both runs."""
+    lines = [
+        "# Soak: filter latency with /metrics scraped, beside the same soak without",
+        "",
+        "| filter | without scraping | with scraping | change |",
+        "|---|---:|---:|---:|",
+    ]
+    for quantile in ("p50", "p99"):
+        before, after = plain.latency_ms["filter"][quantile], scraped.latency_ms["filter"][quantile]
+        lines.append(f"| {quantile} ms | {before:.2f} | {after:.2f} | {(after - before) / before * 100:+.1f} % |")
+    metrics = scraped.latency_ms.get("metrics", {})
+    lines += [
+        "",
+        f"{metrics.get('count', 0):,} scrapes during the scraped run (p50 {metrics.get('p50', 0):.2f} ms).",
+        "",
+    ]
+    return "\n".join(lines) + "\n" + markdown(plain) + "\n" + markdown(scraped)
 
 
 if __name__ == "__main__":

@@ -139,12 +139,22 @@ class Rig:
         finally:
             plane.kill_scheduler()
             self._stop_extender()
-            plane.delete_pods(namespace)
+            self._delete_pods(namespace)
         seconds = times[-1] - times[0]
         counted = max(len(times) - binds_before, 1)
         cpu = {name: round((after[name] - before[name]) * 1000 / counted, 2) for name in COMPONENTS}
         rate = (len(times) - 1) / seconds if seconds > 0 else 0.0
         return RunResult(extender, self.nodes, pods, len(times), round(seconds, 2), round(rate, 1), cpu)
+
+    def _delete_pods(self, namespace: str) -> None:
+        """Delete the run's pods and wait until they are gone, so the next run does not pay for it."""
+        self.plane.delete_pods(namespace)
+        core = self.plane.core()
+
+        def gone() -> bool:
+            return not core.list_namespaced_pod(namespace, limit=1).items
+
+        wait_until(f"the pods of {namespace} to go", gone, 300, 1)
 
     def _start_extender(self, extender: str) -> None:
         plane = self.plane
@@ -197,7 +207,7 @@ def summary_rows(results: Sequence[RunResult]) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"nodes": nodes}
         for extender in EXTENDERS:
             runs = [r for r in results if r.nodes == nodes and r.extender == extender]
-            row[extender] = statistics.median(r.pods_per_second for r in runs)
+            row[extender] = round(statistics.median(r.pods_per_second for r in runs), 1)
             row[f"{extender}_cpu"] = {c: statistics.median(r.cpu_ms_per_pod[c] for r in runs) for c in COMPONENTS}
             row[f"{extender}_runs"] = [r.pods_per_second for r in runs]
         row["ratio"] = round(row["gpupack"] / row["trivial"], 2) if row["trivial"] else None
