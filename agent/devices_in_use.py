@@ -20,14 +20,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from agent.verification import Discrepancy
-from extender.pod_request import AssignmentError, assignment_from_pod
 from scoring.facts import GpuSlot
-from scoring.request import RequestError
 
 REFUSAL_TTL_S = 600.0
 
@@ -65,22 +63,6 @@ class Refusals:
         with self._lock:
             self._seen = {s: (r, t) for s, (r, t) in self._seen.items() if now - t < self.ttl_s}
             return [Blocked(slot, reason) for slot, (reason, _) in sorted(self._seen.items(), key=_order)]
-
-
-def live_assigned(pods: Iterable[Mapping[str, Any]], node: str) -> set[GpuSlot]:
-    """Slots named by the assignments of the pods on `node` that have not finished."""
-    named: set[GpuSlot] = set()
-    for pod in pods:
-        if (pod.get("spec") or {}).get("nodeName") != node:
-            continue
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        try:
-            placement = assignment_from_pod(pod)
-        except (AssignmentError, RequestError):
-            continue
-        named |= set(placement.slots) if placement else set()
-    return named
 
 
 def devices_in_use(discrepancies: Iterable[Discrepancy], blocked: Iterable[Blocked], named: set[GpuSlot]) -> str | None:

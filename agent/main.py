@@ -21,7 +21,7 @@ import grpc
 
 from agent.allocator import Allocator
 from agent.devices import NodeGpus, advertised
-from agent.devices_in_use import Blocked, devices_in_use, live_assigned
+from agent.devices_in_use import Blocked, devices_in_use
 from agent.metrics import PODRESOURCES_ERRORS, observe
 from agent.mig_lifecycle import held_instances, reconcile, unheld
 from agent.node_publisher import NodeApi, desired_annotations, is_dynamic_mig, publish
@@ -29,7 +29,7 @@ from agent.nvml import MigInstance, Nvml
 from agent.nvml_topology import read_topology
 from agent.plugin_manager import PluginManager
 from agent.podresources import PodResourcesSource
-from agent.pods import Pod, PodLister
+from agent.pods import Pod, PodLister, live_assigned
 from agent.verification import Discrepancy, compare
 from extender.keys import ANNOTATION_DEVICES_IN_USE
 from scoring.facts import GpuSlot

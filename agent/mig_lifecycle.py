@@ -13,10 +13,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agent.nvml import MigInstance, Nvml, NvmlError
-from extender.pod_request import AssignmentError, assignment_from_pod
+from agent.pods import live_assigned
 from scoring.facts import GpuSlot
 from scoring.geometry import canonical_profile
-from scoring.request import RequestError
 
 log = logging.getLogger(__name__)
 Held = set[tuple[int, str, int]]  # (gpu, profile, start)
@@ -40,19 +39,7 @@ def ensure_instance(nvml: Nvml, slot: GpuSlot) -> MigInstance:
 
 def held_instances(pods: Iterable[Mapping[str, Any]], node: str) -> Held:
     """MIG placements named by the assignments of pods on `node` that have not finished."""
-    held: Held = set()
-    for pod in pods:
-        if (pod.get("spec") or {}).get("nodeName") != node:
-            continue
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        try:
-            placement = assignment_from_pod(pod)
-        except (AssignmentError, RequestError):
-            continue  # an unreadable assignment holds nothing the agent could know of
-        if placement is not None:
-            held |= {(s.index, canonical_profile(s.mig), s.start) for s in placement.slots if s.mig}
-    return held
+    return {(slot.index, slot.mig, slot.start) for slot in live_assigned(pods, node) if slot.mig}
 
 
 def unheld(nvml: Nvml, held: Held) -> list[MigInstance]:

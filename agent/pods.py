@@ -6,11 +6,15 @@ runs moments after the pod was bound, and a cache could still miss it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
+
+from extender.pod_request import AssignmentError, assignment_from_pod
+from scoring.facts import GpuSlot
+from scoring.request import RequestError
 
 Pod = Mapping[str, Any]
 
@@ -48,3 +52,19 @@ class KubePods:
             field_selector=f"spec.nodeName={self._node}", _preload_content=False, _request_timeout=self._timeout
         )
         return list(orjson.loads(response.data).get("items") or [])
+
+
+def live_assigned(pods: Iterable[Mapping[str, Any]], node: str) -> set[GpuSlot]:
+    """Slots named by the assignments of the pods on `node` that have not finished."""
+    named: set[GpuSlot] = set()
+    for pod in pods:
+        if (pod.get("spec") or {}).get("nodeName") != node:
+            continue
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        try:
+            placement = assignment_from_pod(pod)
+        except (AssignmentError, RequestError):
+            continue  # an unreadable assignment holds nothing the agent could know of
+        named |= set(placement.slots) if placement else set()
+    return named

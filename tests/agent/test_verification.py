@@ -8,12 +8,12 @@ import grpc
 import pytest
 
 from agent.devices import NodeGpus, dynamic_mig_id
-from agent.devices_in_use import Blocked, Refusals, devices_in_use, live_assigned
+from agent.devices_in_use import Blocked, Refusals, devices_in_use
 from agent.fake_nvml import FakeNvml
 from agent.main import LEFTOVER, AgentLoop
 from agent.metrics import REGISTRY
 from agent.podresources import HeldDevices, KubeletPodResources
-from agent.pods import MemoryPods
+from agent.pods import MemoryPods, live_assigned
 from agent.verification import Discrepancy, compare
 from scoring.facts import GpuSlot
 from tests.agent.conftest import NODE, FakePodResources, make_pod
