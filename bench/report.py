@@ -6,7 +6,8 @@ hybrid cube-mesh and bridged PCIe nodes), cost (on-demand + spot), speed (kernel
 Simulation runs are independent jobs spread over a process pool (2 workers: one per core of the bench
 machine); the speed benchmarks run afterwards, alone.
 
-The openb trace is read from ../shared/traces/openb/ (or $GPUPACK_OPENB_TRACES).
+The openb trace is read from ../shared/traces/openb/ (or $GPUPACK_OPENB_TRACES). DIR defaults to bench/results
+(the committed report); with --quick, to a new temporary folder.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -42,6 +44,7 @@ from bench.sections import (
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES_ENV = "GPUPACK_OPENB_TRACES"
+RESULTS = "bench/results"  # the full run's report folder: the committed report and plots
 
 OPENB_TRACES = ("default", "cpu050", "gpushare40", "gpuspec10", "multigpu20")
 OPENB_POLICIES = (
@@ -226,11 +229,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpupack bench: openb trace not found in {traces} (set {TRACES_ENV})", file=sys.stderr)
         return 2
     config = quick_config(traces) if args.quick else full_config(traces)
-    out = Path(args.out)
+    out = output_folder(args)
     started = time.perf_counter()
     run_report(config, out, log=lambda text: print(text, file=sys.stderr, flush=True))
     print(f"gpupack bench ({config.label}): {out / 'REPORT.md'} in {time.perf_counter() - started:.0f} s")
     return 0
+
+
+def output_folder(args: argparse.Namespace) -> Path:
+    """`--out`; else bench/results for the full run, a new temporary folder for `--quick` (#17: a quick run
+    must not overwrite the committed full-run report and plots)."""
+    if args.out:
+        return Path(args.out)
+    if args.quick:
+        return Path(tempfile.mkdtemp(prefix="gpupack-bench-quick-"))
+    return Path(RESULTS)
 
 
 def run_throughput_report(args: argparse.Namespace) -> int:
@@ -240,7 +253,7 @@ def run_throughput_report(args: argparse.Namespace) -> int:
 
     quick = throughput.ThroughputConfig(node_counts=(500,), pods=500, rounds=1)
     config = quick if args.quick else throughput.ThroughputConfig()
-    out = Path(args.out)
+    out = output_folder(args)
     out.mkdir(parents=True, exist_ok=True)
     try:
         results = throughput.run_throughput(config, log=lambda text: print(text, file=sys.stderr, flush=True))

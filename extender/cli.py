@@ -61,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="run the standard comparison and write a report")
     bench.add_argument("--quick", action="store_true", help="fewer seeds and smaller scenarios")
-    bench.add_argument("--out", default="bench/results", help="report folder (default bench/results)")
+    bench.add_argument(
+        "--out", help="report folder (default bench/results; with --quick a new temporary folder, printed at the end)"
+    )
     bench.add_argument(
         "--throughput", action="store_true", help="only the real kube-scheduler throughput (needs ../shared/kube, etcd)"
     )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import re
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +12,7 @@ import orjson
 import pytest
 import yaml
 
-from bench import metrics
+from bench import metrics, report
 from bench.jobs import prefix_to_arrived
 from bench.markdown import README_END, README_START, Table, update_readme
 from bench.report import default_traces_dir, run_report, tiny_config
@@ -27,6 +29,7 @@ from bench.scenarios import (
 )
 from bench.simulate import build_inventory
 from bench.workload import TracePod
+from extender.cli import build_parser, main
 from extender.node_facts import facts_from_node
 from scoring.engine import Decision
 from scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
@@ -219,3 +222,43 @@ def test_tiny_report_writes_every_file_and_every_table_number_is_in_the_json(tmp
     for key in ("cpu", "cores", "ram_gib", "date", "commit"):
         assert str(saved["machine"][key]) in text
     assert "## Where gpupack is not better than a baseline" in text
+
+
+def test_quick_without_out_writes_a_temporary_folder_and_leaves_bench_results_untouched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#17 item 5: `gpupack bench --quick` never overwrites the committed full-run report; the full run does."""
+    repo, temporary = tmp_path / "repo", tmp_path / "tmp"
+    results = repo / "bench" / "results"
+    results.mkdir(parents=True)
+    temporary.mkdir()
+    (results / "REPORT.md").write_text("the committed full run")
+    traces = tmp_path / "openb"
+    traces.mkdir()
+    (traces / "openb_node_list_gpu_node.csv").write_text("")
+    monkeypatch.chdir(repo)  # bench/results, the default, is relative to the working folder
+    monkeypatch.setenv(report.TRACES_ENV, str(traces))
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    runs: list[tuple[str, Path]] = []
+
+    def fake_run_report(config: report.BenchConfig, out: Path, log: object = None) -> dict[str, object]:
+        runs.append((config.label, out))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "REPORT.md").write_text(config.label)
+        return {}
+
+    monkeypatch.setattr(report, "run_report", fake_run_report)  # the slow part
+    assert build_parser().parse_args(["bench"]).out is None
+    assert main(["bench", "--quick"]) == 0
+    ((label, out),) = runs
+    assert label == "quick" and out.parent == temporary
+    assert (out / "REPORT.md").read_text() == "quick"
+    assert [p.name for p in results.iterdir()] == ["REPORT.md"]
+    assert (results / "REPORT.md").read_text() == "the committed full run"
+    assert main(["bench", "--quick", "--out", str(tmp_path / "mine")]) == 0
+    assert runs[-1] == ("quick", tmp_path / "mine")
+    assert main(["bench"]) == 0  # the full run keeps bench/results as its default
+    assert runs[-1] == ("full", Path("bench/results"))
+    assert (results / "REPORT.md").read_text() == "full"
+    throughput_quick = argparse.Namespace(out=None, quick=True, throughput=True)
+    assert report.output_folder(throughput_quick).parent == temporary  # --throughput --quick as well
