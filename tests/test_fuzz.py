@@ -1,6 +1,6 @@
 """Fuzzing the HTTP app: zero 5xx, and the state stays consistent whatever arrives.
 
-hypothesis: random JSON for every verb, the real kube-scheduler captures (../shared/extender-wire)
+hypothesis: random JSON for every verb, the real kube-scheduler captures (tests/data/extender-wire)
 mutated at random paths, and random pods (random resources, quantities and annotations) that go
 through filter and then bind. Cases generated from the published OpenAPI spec: tests/test_fuzz_openapi.py.
 

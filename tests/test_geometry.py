@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import re
-from pathlib import Path
 
 import pytest
 
@@ -22,8 +21,7 @@ from scoring.geometry import (
     slice_bits,
 )
 from scoring.gpu_models import lookup_model
-
-NVIDIA_SMI = Path(__file__).resolve().parents[2] / "shared" / "nvidia-smi"
+from tests.conftest import DATA
 
 # DESIGN.md §3: profile -> (starts, memory slices, compute slices), per family
 EIGHTY = {
@@ -106,10 +104,7 @@ def _parse_lgipp(text: str) -> dict[str, tuple[tuple[int, ...], int]]:
 
 
 def test_h200_rows_equal_real_nvidia_smi_output() -> None:
-    path = NVIDIA_SMI / "h200-mig-profiles.txt"
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
-    real = _parse_lgipp(path.read_text())
+    real = _parse_lgipp((DATA / "h200-mig-profiles.txt").read_text())  # `nvidia-smi mig -lgip`, `-lgipp`
     assert set(real) == {*H200, "1g.18gb+me"}  # the parser found every profile
     family = FAMILIES["H200-141GB"]
     assert lookup_model("NVIDIA-H200").mig_family is family

@@ -1,4 +1,4 @@
-"""The extender wire format against real kube-scheduler v1.28.4 captures (../shared/extender-wire)."""
+"""The extender wire format against real kube-scheduler v1.28.4 captures (tests/data/extender-wire)."""
 
 from __future__ import annotations
 

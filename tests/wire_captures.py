@@ -1,4 +1,4 @@
-"""Access to the real kube-scheduler captures in ../shared/extender-wire (beside the repository)."""
+"""Access to the real kube-scheduler captures in tests/data/extender-wire (copied from ../shared/extender-wire)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-CAPTURES = Path(__file__).resolve().parents[2] / "shared" / "extender-wire"
+from tests.conftest import DATA
+
+CAPTURES = DATA / "extender-wire"
 
 
 def request_files() -> list[Path]:
