@@ -15,7 +15,7 @@ import yaml
 from bench import metrics, report
 from bench.jobs import prefix_to_arrived
 from bench.markdown import README_END, README_START, Table, update_readme
-from bench.report import default_traces_dir, run_report, tiny_config
+from bench.report import run_report, tiny_config
 from bench.scenarios import (
     BALANCED_80GB,
     BALANCED_A30,
@@ -34,9 +34,8 @@ from extender.node_facts import facts_from_node
 from scoring.engine import Decision
 from scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
 from scoring.request import Kind, PodRequest
+from tests.conftest import OPENB, needs_openb
 
-OPENB = default_traces_dir()
-needs_trace = pytest.mark.skipif(not OPENB.is_dir(), reason=f"openb trace not found at {OPENB}")
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
@@ -202,7 +201,7 @@ def _table_numbers(markdown: str) -> list[float]:
     return numbers
 
 
-@needs_trace
+@needs_openb
 def test_tiny_report_writes_every_file_and_every_table_number_is_in_the_json(tmp_path: Path) -> None:
     report = run_report(tiny_config(OPENB), tmp_path)
     text = (tmp_path / "REPORT.md").read_text()

@@ -13,9 +13,7 @@ from bench.openb import load_openb_nodes, load_openb_pods
 from bench.workload import Trace, TraceError, gpu_milli_demand, gpu_milli_total
 from scoring.facts import MigMode
 from scoring.request import Kind
-
-OPENB = Path(__file__).resolve().parents[2] / "shared" / "traces" / "openb"
-needs_trace = pytest.mark.skipif(not OPENB.is_dir(), reason=f"openb trace not found at {OPENB}")
+from tests.conftest import OPENB, needs_openb
 
 POD_HEADER = (
     "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
@@ -33,7 +31,7 @@ ROWS = {
 }
 
 
-@needs_trace
+@needs_openb
 @pytest.mark.parametrize("name", sorted(ROWS))
 def test_every_file_loads_with_readme_row_count(name: str) -> None:
     path = OPENB / name
@@ -46,7 +44,7 @@ def test_every_file_loads_with_readme_row_count(name: str) -> None:
     assert (load_nodes if "node_list" in name else load_pods)(path) == rows
 
 
-@needs_trace
+@needs_openb
 def test_gpu_node_list() -> None:
     nodes = load_openb_nodes(OPENB / "openb_node_list_gpu_node.csv")
     assert len(nodes) == 1213
@@ -61,7 +59,7 @@ def test_gpu_node_list() -> None:
     assert (first.gpu_product, first.gpu_count, first.pods, first.mig_mode) == ("P100", 2, 1001, MigMode.NONE)
 
 
-@needs_trace
+@needs_openb
 def test_all_node_list_has_cpu_nodes() -> None:
     nodes = load_openb_nodes(OPENB / "openb_node_list_all_node.csv")
     cpu_nodes = [node for node in nodes if node.gpu_count == 0]
@@ -74,7 +72,7 @@ def _shape(kind: Kind, gpus: int) -> str:
     return {Kind.NONE: "cpu", Kind.SHARE: "share"}.get(kind, f"{gpus}-gpu")
 
 
-@needs_trace
+@needs_openb
 def test_default_trace_composition() -> None:
     pods = load_openb_pods(OPENB / "openb_pod_list_default.csv")
     counts = Counter(_shape(pod.request.kind, pod.request.gpus) for pod in pods)
@@ -94,7 +92,7 @@ def test_default_trace_composition() -> None:
     assert all(not pod.request.interruptible for pod in pods if pod.qos != "BE")
 
 
-@needs_trace
+@needs_openb
 def test_gpuspec_constraints() -> None:
     pods = load_openb_pods(OPENB / "openb_pod_list_gpuspec10.csv")
     constrained = [pod for pod in pods if pod.request.allowed_products is not None]
@@ -105,7 +103,7 @@ def test_gpuspec_constraints() -> None:
     assert any(pod.request.allowed_products == frozenset({"V100M16", "V100M32"}) for pod in constrained)
 
 
-@needs_trace
+@needs_openb
 def test_multigpu_five_column_schema() -> None:
     pods = load_openb_pods(OPENB / "openb_pod_list_multigpu20.csv")
     counts = Counter(_shape(pod.request.kind, pod.request.gpus) for pod in pods)

@@ -17,9 +17,8 @@ from bench.workload import (
     gpu_milli_total,
 )
 from scoring.request import Kind, PodRequest
+from tests.conftest import OPENB, needs_openb
 
-OPENB = Path(__file__).resolve().parents[2] / "shared" / "traces" / "openb"
-needs_trace = pytest.mark.skipif(not OPENB.is_dir(), reason=f"openb trace not found at {OPENB}")
 CAPACITY = 6_212_000  # openb GPU cluster, milli-GPU
 MAX_POD_MILLI = 8000  # the largest openb pod: 8 whole GPUs
 
@@ -57,7 +56,7 @@ def test_gpu_milli_total() -> None:
     assert gpu_milli_per_gpu(_pod("a", gpus=8)) == 1000
 
 
-@needs_trace
+@needs_openb
 @pytest.mark.parametrize("seed", [42, 43, 44, 45, 51])
 def test_inflation_reaches_130_percent(default_pods: list[TracePod], seed: int) -> None:
     target = 1.3 * CAPACITY
@@ -73,7 +72,7 @@ def test_inflation_reaches_130_percent(default_pods: list[TracePod], seed: int) 
     assert target <= demand < target + gpu_milli_total(readme[-1])
 
 
-@needs_trace
+@needs_openb
 def test_go_quirk_lets_a_multi_gpu_clone_overshoot(default_pods: list[TracePod]) -> None:
     overshoots = [
         gpu_milli_demand(fgd_order(default_pods, CAPACITY, seed)) - 1.3 * CAPACITY for seed in range(42, 62)
@@ -82,7 +81,7 @@ def test_go_quirk_lets_a_multi_gpu_clone_overshoot(default_pods: list[TracePod])
     assert any(over <= 0 for over in overshoots)
 
 
-@needs_trace
+@needs_openb
 def test_same_seed_same_order_different_seeds_differ(default_pods: list[TracePod]) -> None:
     names = [[pod.name for pod in fgd_order(default_pods, CAPACITY, seed)] for seed in (42, 42, 43)]
     assert names[0] == names[1]
@@ -134,7 +133,7 @@ def test_bad_arguments() -> None:
         fgd_order([], -1, seed=1)
 
 
-@needs_trace
+@needs_openb
 def test_go_order_file_for_seed_42(default_pods: list[TracePod]) -> None:
     order = read_order_file(OPENB / "default_seed42_order.txt", default_pods)
     assert len(order) == 10_866
@@ -173,7 +172,7 @@ def test_replay_keeps_file_order() -> None:
     assert order == pods and order is not pods
 
 
-@needs_trace
+@needs_openb
 def test_replay_keeps_trace_file_order(default_pods: list[TracePod]) -> None:
     order = replay_order(default_pods)
     assert [pod.name for pod in order] == [pod.name for pod in default_pods]
