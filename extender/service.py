@@ -25,6 +25,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from extender import logs
 from extender.app import create_app
+from extender.numba_cache import seed_numba_cache
 from extender.settings import Settings, SettingsError, load_settings
 from extender.sources import (
     ClusterFileSource,
@@ -112,6 +113,9 @@ def protocol_for(settings: Settings) -> type[NoDelayH11Protocol]:
 def serve(args: argparse.Namespace) -> int:
     """Run the extender until interrupted; returns the process exit code."""
     logs.configure()
+    seeded = seed_numba_cache()
+    if seeded:
+        logger.info("numba cache: %d compiled files copied from the image", seeded)
     tls_problem = check_tls(getattr(args, "tls_cert", None), getattr(args, "tls_key", None))
     if tls_problem:
         print(f"gpupack serve: {tls_problem}", file=sys.stderr)

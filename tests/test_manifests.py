@@ -8,6 +8,7 @@ inside ConfigMaps and are not API objects; their structure is checked here by ha
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from collections import Counter
@@ -458,6 +459,16 @@ def test_the_image_default_command_listens_on_loopback_only() -> None:
     (cmd,) = [line for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("CMD ")]
     args = json.loads(cmd.removeprefix("CMD "))
     assert args[args.index("--host") + 1] == "127.0.0.1"
+
+
+def test_the_image_ships_its_kernels_compiled() -> None:
+    """The image compiles every kernel into the seed cache `gpupack serve` copies from (#13)."""
+    from extender.numba_cache import SEED_ENV
+
+    text = (ROOT / "Dockerfile").read_text()
+    seed = re.search(rf"{SEED_ENV}=(\S+)", text)
+    assert seed, f"the image sets no {SEED_ENV}"
+    assert re.search(rf"RUN NUMBA_CACHE_DIR={re.escape(seed[1])} python -c \\\n.*warm_up\(\)", text)
 
 
 def test_deployment_is_locked_down() -> None:
