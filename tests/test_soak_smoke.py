@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-import random
 import time
 from pathlib import Path
 
 import orjson
 
-from bench.soak import check_invariants, cluster_nodes, main, pod_object, soak_source_class, split
+from bench.soak import check_invariants, cluster_nodes, main, soak_source_class, split
 from extender.settings import Settings
 from extender.state import ClusterState
 from scoring.facts import GpuSlot, Placement
+from tests.extender_helpers import pod
 
 
 def test_quick_soak_has_no_errors_and_no_violations(tmp_path: Path) -> None:
@@ -33,13 +33,8 @@ def test_quick_soak_has_no_errors_and_no_violations(tmp_path: Path) -> None:
 
 
 def bound_whole_gpu_pod(name: str, node_name: str, gpu: int) -> dict:
-    obj = pod_object(0, random.Random(0))
-    obj["metadata"].update(name=name, uid=f"uid-{name}")
-    obj["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1", "nvidia.com/gpu": "1"}}
-    obj["spec"]["nodeName"] = node_name
     claim = {"node": node_name, "gpus": [{"index": gpu}]}
-    obj["metadata"]["annotations"] = {"gpupack.io/assignment": json.dumps(claim)}
-    return obj
+    return pod(name, gpus=1, node_name=node_name, namespace="soak", uid=f"uid-{name}", assignment=claim)
 
 
 def test_the_invariant_check_sees_overlaps_and_leaks(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ class OpenStream:
         self.release = threading.Event()
 
 
-class FakeApiServer:
+class CannedHttpApiServer:
     """Serves canned responses by (method, path); records every request."""
 
     def __init__(self) -> None:
@@ -89,13 +89,13 @@ class FakeApiServer:
 
 
 @pytest.fixture
-def server() -> Iterator[FakeApiServer]:
-    fake = FakeApiServer()
+def server() -> Iterator[CannedHttpApiServer]:
+    fake = CannedHttpApiServer()
     yield fake
     fake.close()
 
 
-def official(server: FakeApiServer, page_size: int = 2) -> OfficialKubeApi:
+def official(server: CannedHttpApiServer, page_size: int = 2) -> OfficialKubeApi:
     configuration = client.Configuration(host=server.url)
     return OfficialKubeApi(client.ApiClient(configuration), page_size=page_size)
 
@@ -109,7 +109,7 @@ def lines(*events: dict[str, Any]) -> bytes:
     return b"".join(json.dumps(event).encode() + b"\n" for event in events)
 
 
-def test_list_is_paginated_and_items_get_their_kind(server: FakeApiServer) -> None:
+def test_list_is_paginated_and_items_get_their_kind(server: CannedHttpApiServer) -> None:
     nodes = [make_node(f"gpu-{i}") for i in range(3)]
 
     def nodes_page(request: dict[str, Any]) -> tuple[int, Any]:
@@ -132,7 +132,7 @@ def test_list_is_paginated_and_items_get_their_kind(server: FakeApiServer) -> No
     assert [r["query"].get("limit") for r in server.requests] == ["2", "2"]
 
 
-def test_expired_continue_token_restarts_the_list(server: FakeApiServer) -> None:
+def test_expired_continue_token_restarts_the_list(server: CannedHttpApiServer) -> None:
     pods = [make_pod("a"), make_pod("b"), make_pod("c")]
     calls = {"n": 0}
 
@@ -158,7 +158,7 @@ def test_expired_continue_token_restarts_the_list(server: FakeApiServer) -> None
     assert calls["n"] == 4
 
 
-def test_watch_yields_raw_events_and_bookmarks(server: FakeApiServer) -> None:
+def test_watch_yields_raw_events_and_bookmarks(server: CannedHttpApiServer) -> None:
     node = make_node("gpu-9", "501")
     stream = lines(
         {"type": "ADDED", "object": node},
@@ -183,7 +183,7 @@ def test_watch_yields_raw_events_and_bookmarks(server: FakeApiServer) -> None:
     assert query["timeoutSeconds"] == "30"
 
 
-def test_watch_error_410_surfaces_as_api_exception(server: FakeApiServer) -> None:
+def test_watch_error_410_surfaces_as_api_exception(server: CannedHttpApiServer) -> None:
     gone = {
         "kind": "Status",
         "code": 410,
@@ -202,7 +202,7 @@ def test_watch_error_410_surfaces_as_api_exception(server: FakeApiServer) -> Non
     assert len(server.requests) == 1  # the client did not resume on its own
 
 
-def test_create_binding_posts_a_binding_with_uid_and_annotations(server: FakeApiServer) -> None:
+def test_create_binding_posts_a_binding_with_uid_and_annotations(server: CannedHttpApiServer) -> None:
     status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
     server.routes["POST", "/api/v1/namespaces/ml/pods/train/binding"] = (201, status)
     official(server).create_binding("ml", "train", "uid-1", "gpu-3", {"gpupack.io/assignment": "{}"})
@@ -219,7 +219,7 @@ def test_create_binding_posts_a_binding_with_uid_and_annotations(server: FakeApi
     }
 
 
-def test_create_binding_conflict_raises(server: FakeApiServer) -> None:
+def test_create_binding_conflict_raises(server: CannedHttpApiServer) -> None:
     conflict = {
         "kind": "Status",
         "code": 409,
@@ -232,7 +232,7 @@ def test_create_binding_conflict_raises(server: FakeApiServer) -> None:
     assert info.value.status == 409
 
 
-def test_kubernetes_source_end_to_end_and_stop_interrupts_an_open_watch(server: FakeApiServer) -> None:
+def test_kubernetes_source_end_to_end_and_stop_interrupts_an_open_watch(server: CannedHttpApiServer) -> None:
     """The whole loop over the real client: list both kinds, watch, and stop while a watch is open."""
     node, pod = make_node("gpu-1", "5"), make_pod("train", "6", node="gpu-1")
     added = make_pod("infer", "8", node="gpu-1")
