@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test e2e lint bench clean
+.PHONY: run test quick e2e lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest --ignore=tests/e2e
+
+# the edit-test loop: make test without the tests marked slow (property, fuzz, soak, subprocess start-ups)
+quick: $(STAMP)
+	$(PY) -m pytest --ignore=tests/e2e -m "not slow"
 
 # etcd, the real kube-apiserver and kube-scheduler (../shared/kube, or $$KUBE_BIN) and gpupack serve
 e2e: $(STAMP)

@@ -201,6 +201,7 @@ def _table_numbers(markdown: str) -> list[float]:
     return numbers
 
 
+@pytest.mark.slow
 @needs_openb
 def test_tiny_report_writes_every_file_and_every_table_number_is_in_the_json(tmp_path: Path) -> None:
     report = run_report(tiny_config(OPENB), tmp_path)

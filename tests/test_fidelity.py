@@ -8,7 +8,7 @@ from bench.load import load_trace
 from bench.simulate import simulate
 from tests.conftest import OPENB, needs_openb
 
-pytestmark = needs_openb
+pytestmark = [needs_openb, pytest.mark.slow]
 
 
 def test_best_fit_on_the_go_simulators_order_matches_its_allocation() -> None:

@@ -93,6 +93,7 @@ wire_keys = st.sampled_from(["Pod", "Nodes", "NodeNames", "PodName", "PodNamespa
 wire_shaped = st.dictionaries(wire_keys, json_values, max_size=6)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(body=json_values | wire_shaped, verb=st.sampled_from(["filter", "prioritize", "bind"]))
 def test_random_json_never_5xx(served, body: Any, verb: str) -> None:
@@ -101,6 +102,7 @@ def test_random_json_never_5xx(served, body: Any, verb: str) -> None:
     assert_consistent(state)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(raw=st.binary(max_size=300), verb=st.sampled_from(["filter", "prioritize", "bind"]))
 def test_random_bytes_never_5xx(served, raw: bytes, verb: str) -> None:
@@ -140,6 +142,7 @@ def mutate(value: Any, rng: random.Random, replacement: Any) -> Any:
     return value
 
 
+@pytest.mark.slow
 @FUZZ
 @given(
     capture=st.sampled_from(CAPTURES),
@@ -217,6 +220,7 @@ def random_pods(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 @FUZZ
 @given(
     obj=random_pods(),

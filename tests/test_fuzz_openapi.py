@@ -35,6 +35,7 @@ def test_the_spec_describes_the_bodies() -> None:
     assert "metadata" in filter_body["properties"]["Pod"]["properties"]
 
 
+@pytest.mark.slow
 @schema.parametrize()
 @settings(deadline=None, suppress_health_check=list(HealthCheck))
 def test_schemathesis_never_5xx(case) -> None:
@@ -43,6 +44,7 @@ def test_schemathesis_never_5xx(case) -> None:
     assert response.status_code < 500
 
 
+@pytest.mark.slow
 def test_the_state_is_consistent_after_schemathesis() -> None:
     """Runs after the generated cases (pytest keeps definition order): nothing leaked or overlaps."""
     assert_consistent(SCHEMA_STATE)

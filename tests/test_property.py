@@ -440,6 +440,7 @@ def run_stream(policy: PolicySpec, nodes: list[NodeFacts], stream: list[PodReque
     assert_same_arrays(empty, snapshot(inv), ignore=COUNTERS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy_name", ALL_POLICIES)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=scenario())
@@ -448,6 +449,7 @@ def test_engine_matches_reference(policy_name: str, case: tuple[list[NodeFacts],
     run_stream(make_policy(policy_name, stream), nodes, stream, seed)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=scenario(), data=st.data())
 def test_learned_mix_after_refresh(case: tuple[list[NodeFacts], list[PodRequest], int], data: st.DataObject) -> None:
@@ -461,6 +463,7 @@ def test_learned_mix_after_refresh(case: tuple[list[NodeFacts], list[PodRequest]
     run_stream(policy, nodes, stream, seed)
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_sixteen_gpu_node(data: st.DataObject) -> None:

@@ -81,6 +81,7 @@ def gpupack_serve(*extra: str) -> Iterator[int]:
         stop_process(child, grace=10)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux /proc/net/tcp to read listeners")
 def test_gpupack_serve_listens_on_loopback_only() -> None:
     with gpupack_serve() as port:
@@ -111,6 +112,7 @@ needs_openssl = pytest.mark.skipif(
 )
 
 
+@pytest.mark.slow
 @needs_openssl
 def test_tls_serves_https_with_the_given_certificate(tmp_path: Path) -> None:
     cert, key = self_signed(tmp_path)
@@ -136,6 +138,7 @@ def small_cluster(tmp_path: Path) -> tuple[ClusterState, Settings]:
     return state, settings
 
 
+@pytest.mark.slow
 def test_a_slow_verb_is_answered_in_its_own_terms_within_the_limit(small_cluster) -> None:
     """A filter that finds the state's lock busy waits in a worker thread, not on the event loop: it is
     answered at the time limit, and other requests are served meanwhile."""

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 
 from bench.soak import check_invariants, cluster_nodes, main, soak_source_class, split
 from extender.settings import Settings
@@ -15,6 +16,7 @@ from scoring.facts import GpuSlot, Placement
 from tests.extender_helpers import pod
 
 
+@pytest.mark.slow
 def test_quick_soak_has_no_errors_and_no_violations(tmp_path: Path) -> None:
     started = time.perf_counter()
     out = tmp_path / "soak.md"

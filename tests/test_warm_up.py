@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.extender_helpers import ROOT
 
 # Runs in a fresh interpreter, so kernels compiled by other tests in this process cannot hide a gap.
@@ -46,6 +48,7 @@ print("no kernel compiled after the warm-up")
 """
 
 
+@pytest.mark.slow
 def test_no_kernel_compiles_after_the_warm_up() -> None:
     done = subprocess.run(
         [sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
