@@ -15,6 +15,18 @@ from scoring import kernels as k
 from scoring.facts import GpuSlot, Placement
 from scoring.geometry import FAMILIES, resolve_profile
 from scoring.inventory import MAX_GPUS, MAX_MODELS, Inventory
+from scoring.layout import (
+    N_REQ,
+    REQ_CPU,
+    REQ_GPUS,
+    REQ_INSTANCES,
+    REQ_INTERRUPTIBLE,
+    REQ_KIND,
+    REQ_MEMORY,
+    REQ_MILLI,
+    SCRATCH_GPU,
+    SCRATCH_UNUSABLE,
+)
 from scoring.policies import PolicySpec
 from scoring.request import Kind, PodRequest, RequestError
 
@@ -85,18 +97,14 @@ class RequestArrays:
             self.instances.extend([profile] * count)
         self.instances.sort(key=_profile_order, reverse=True)
         n_inst = len(self.instances)
-        self.scalars = np.array(
-            [
-                int(request.kind),
-                request.cpu_milli,
-                request.memory_bytes,
-                request.gpus,
-                request.milli,
-                int(request.interruptible),
-                n_inst,
-            ],
-            dtype=np.int64,
-        )
+        self.scalars = np.zeros(N_REQ, dtype=np.int64)
+        self.scalars[REQ_KIND] = int(request.kind)
+        self.scalars[REQ_CPU] = request.cpu_milli
+        self.scalars[REQ_MEMORY] = request.memory_bytes
+        self.scalars[REQ_GPUS] = request.gpus
+        self.scalars[REQ_MILLI] = request.milli
+        self.scalars[REQ_INTERRUPTIBLE] = int(request.interruptible)
+        self.scalars[REQ_INSTANCES] = n_inst
         self.shapes = np.full((max(n_inst, 1), MAX_MODELS), -1, dtype=np.int64)
         self.me = np.zeros(max(n_inst, 1), dtype=np.bool_)
         for q, profile in enumerate(self.instances):
@@ -108,12 +116,13 @@ class RequestArrays:
                     self.shapes[q, mid] = resolve_profile(model.mig_family, profile)[0]
         self.allowed = inventory.model_ids_for(request.allowed_products)
         self.width = max(n_inst, request.gpus, 1)
+        # the kernel's `request` tuple (scoring.layout.REQUEST_*)
+        self.kernel = (self.scalars, self.shapes, self.me, self.allowed)
 
 
 def _empty_sums(nodes: int, types: int) -> tuple[np.ndarray, ...]:
-    """The kernel's per-node cache, all invalid: (node version stamp, S, H, fragmentation,
-    weights-version stamp, free units, untouched-GPU mask, plain-GPU mask, best k-GPU set and its
-    topology rating)."""
+    """The kernel's per-node cache, all invalid, in the order of `scoring.layout.CACHE_*` (the weights
+    version, its last column, is added by `Engine.sums_cache`)."""
     return (
         np.full(nodes, -1, dtype=np.int64),
         np.zeros((nodes, types), dtype=np.int64),
@@ -129,7 +138,8 @@ def _empty_sums(nodes: int, types: int) -> tuple[np.ndarray, ...]:
 
 
 def _empty_memo(nodes: int) -> tuple[np.ndarray, ...]:
-    """`schedule`'s per-node memo, all invalid: (node version stamp, epoch, verdict, score)."""
+    """`schedule`'s per-node memo, all invalid: its per-node columns `scoring.layout.MEMO_STAMP` ..
+    `MEMO_SCORE` (`Engine.memo` adds the current epoch and maxima)."""
     return (
         np.full(nodes, -1, dtype=np.int64),
         np.full(nodes, -1, dtype=np.int64),
@@ -223,12 +233,13 @@ class Engine:
     def scratch(self, types: int, width: int) -> tuple[np.ndarray, ...]:
         """The kernel's working arrays, remade only when the mix or the request width outgrows them."""
         held = self._scratch
-        if held is None or held[0].shape[1] != types or held[3].shape[0] < width:
+        if held is None or held[SCRATCH_UNUSABLE].shape[1] != types or held[SCRATCH_GPU].shape[0] < width:
             held = self._scratch = k.make_scratch(types, max(width, MAX_GPUS))
         return held
 
     def kernel_inputs(self) -> tuple[tuple, tuple, tuple]:
-        """(node arrays, GPU arrays, model arrays) as the kernels take them."""
+        """(node arrays, GPU arrays, model arrays) as the kernels take them (`scoring.layout`: NODE_*,
+        GPU_*, MODEL_*)."""
         inv = self.inventory
         n = inv.size
         g = n * MAX_GPUS
@@ -286,10 +297,9 @@ class Engine:
         nodes, gpus, models = self.kernel_inputs()
         mix = self.mix_arrays()
         best, slots = k.schedule(
-            nodes, gpus, models, arrays.scalars, arrays.shapes, arrays.me, arrays.allowed, mask,
-            mix, self.policy.kernel_id, self.policy.params, rank, noise, self.sums_cache(len(mix[0])),
-            self.memo(arrays), self.scratch(len(mix[0]), arrays.width), scores, verdicts, best_gpu, best_start,
-            best_shape,
+            nodes, gpus, models, arrays.kernel, mask, mix, self.policy.kernel_id, self.policy.params, rank, noise,
+            self.sums_cache(len(mix[0])), self.memo(arrays), self.scratch(len(mix[0]), arrays.width),
+            (scores, verdicts, best_gpu, best_start, best_shape),
         )  # fmt: skip
         placement = None
         if best >= 0:

@@ -1,11 +1,24 @@
 """numba kernels: feasibility, best placement and score of one request on every candidate node.
 
-Inputs are the inventory's flat arrays (see `scoring.inventory`), packed into tuples by
-`scoring.engine`; nothing here knows Python objects. `scoring.reference` implements the same
+Three layers, as in stumpy. Small `@helper` functions for one GPU or one step take arrays and scalars
+and allocate nothing. One function per path of a node's evaluation reads like its branch of
+`scoring.reference.evaluate`: `early_verdict`, `node_state`, `share_choice`, `whole_choice`,
+`mig_choice`, `cpu_only_frag`, joined by `evaluate_node`; they run once per node and take the input
+tuples whole, so they are compiled into the driver (`@per_node`, numba's `inline="always"`) rather
+than called. The driver `schedule` loops over the nodes with the memo (`memo_holds`, `memo_store`).
+
+Inputs are plain tuples of the inventory's flat arrays in the column order of `scoring.layout`,
+packed by `scoring.engine`; nothing here knows Python objects. `scoring.reference` implements the same
 semantics in plain Python, and the property tests hold the two to identical answers.
 
-Capacity unit: one GPU = 7000 units, so a milli-share is 7 units and a MIG compute slice is
-1000 units on 7-slice GPUs (1750 on the 4-slice A30): every quantity stays an exact integer.
+Names used throughout: `n` a node row; `base` = n * MAX_GPUS, its first GPU row; `count` its GPUs;
+`j` a GPU of the node (0 .. count - 1); `model` its GPU model id; `mode` its MIG mode;
+`compute_total` the compute slices of one of its GPUs; `unusable` / `hosts` per task type the units
+the type cannot use and the GPUs that can host one unit of it (the inputs of FGD's fragmentation),
+`row` the row of those arrays that holds the node; `local` a scratch copy of the node's GPU state
+(rows `LOCAL_*`); `static_used` the static MIG instances in use; `free_before` / `frag_before` the
+node's free units and fragmentation as it is, `*_after` with the request placed; `policy` a `P_*` id
+and `params` its `W_*` vector.
 """
 
 from __future__ import annotations
@@ -23,39 +36,151 @@ from scoring.geometry import (
     SHAPE_COMPUTE,
     SHAPE_SIZE,
 )
-
-UNIT = 7000
-MILLI_UNIT = 7
-MAX_GPUS = 16
-
-KIND_NONE, KIND_WHOLE, KIND_SHARE, KIND_MIG = 0, 1, 2, 3
-MODE_NONE, MODE_STATIC, MODE_DYNAMIC = 0, 1, 2
-
-P_GPUPACK, P_RANDOM, P_DOT, P_CLUSTER, P_PACKING, P_BESTFIT, P_FGD, P_KUBE, P_FIRSTFIT = range(9)
-
-# params vector indices (one layout for every policy; unused entries are ignored)
-W_FRAG, W_PACK, W_TOPO, W_MODEL, W_SPOT, W_COST, SPOT_FORBID, TOPO_SETS, FRAG_STEP, W_ORDER, W_SPOT_AVOID = range(11)
-N_PARAMS = 11
-
-# verdict codes per node (0 = feasible)
-OK, NOT_CANDIDATE, NO_CPU, NO_MEMORY, NO_POD_SLOT, MODEL_NOT_ALLOWED, NO_GPU, NO_MIG, SPOT_FORBIDDEN = range(9)
+from scoring.layout import (
+    CACHE_FRAG,
+    CACHE_FREE,
+    CACHE_FREE_MASK,
+    CACHE_HOSTS,
+    CACHE_PLAIN_MASK,
+    CACHE_SET,
+    CACHE_STAMP,
+    CACHE_TOPO,
+    CACHE_UNUSABLE,
+    CACHE_WEIGHTS_STAMP,
+    CACHE_WEIGHTS_VERSION,
+    FRAG_STEP,
+    GPU_COMPUTE,
+    GPU_LINK,
+    GPU_ME,
+    GPU_MILLI,
+    GPU_NUMA,
+    GPU_SLICES,
+    GPU_STATIC,
+    GPU_STATIC_USED,
+    GPU_WHOLE,
+    KIND_MIG,
+    KIND_NONE,
+    KIND_SHARE,
+    KIND_WHOLE,
+    LOCAL_COMPUTE,
+    LOCAL_ME,
+    LOCAL_MILLI,
+    LOCAL_ROWS,
+    LOCAL_SLICES,
+    LOCAL_STATIC_USED,
+    LOCAL_WHOLE,
+    MAX_GPUS,
+    MEMO_CURRENT,
+    MEMO_EPOCH,
+    MEMO_MAXIMA,
+    MEMO_SCORE,
+    MEMO_STAMP,
+    MEMO_VERDICT,
+    MILLI_UNIT,
+    MIX_ALLOWED,
+    MIX_SHAPE,
+    MIX_TASK,
+    MIX_WEIGHT,
+    MODE_DYNAMIC,
+    MODE_NONE,
+    MODE_STATIC,
+    MODEL_COMPUTE,
+    MODEL_MEMORY,
+    MODEL_NOT_ALLOWED,
+    NO_CPU,
+    NO_GPU,
+    NO_MEMORY,
+    NO_MIG,
+    NO_POD_SLOT,
+    NODE_ACTIVE,
+    NODE_CPU_CAP,
+    NODE_CPU_FREE,
+    NODE_GPU_COUNT,
+    NODE_MEM_CAP,
+    NODE_MEM_FREE,
+    NODE_MIG_MODE,
+    NODE_MODEL,
+    NODE_PODS_CAP,
+    NODE_PODS_FREE,
+    NODE_PRICE,
+    NODE_SPOT,
+    NODE_TAGS,
+    NODE_VERSION,
+    NOT_CANDIDATE,
+    OK,
+    OUT_GPU,
+    OUT_SCORE,
+    OUT_SHAPE,
+    OUT_START,
+    OUT_VERDICT,
+    P_BESTFIT,
+    P_CLUSTER,
+    P_DOT,
+    P_FGD,
+    P_FIRSTFIT,
+    P_GPUPACK,
+    P_KUBE,
+    P_PACKING,
+    P_RANDOM,
+    REQ_CPU,
+    REQ_GPUS,
+    REQ_INSTANCES,
+    REQ_INTERRUPTIBLE,
+    REQ_KIND,
+    REQ_MEMORY,
+    REQ_MILLI,
+    REQUEST_ALLOWED,
+    REQUEST_ME,
+    REQUEST_SCALARS,
+    REQUEST_SHAPES,
+    SCRATCH_FREE_IDX,
+    SCRATCH_GPU,
+    SCRATCH_GPU_HOSTS,
+    SCRATCH_GPU_UNUSABLE,
+    SCRATCH_HOSTS,
+    SCRATCH_IDEAL_SET,
+    SCRATCH_LOCAL,
+    SCRATCH_PAIRS,
+    SCRATCH_SHAPE,
+    SCRATCH_START,
+    SCRATCH_UNUSABLE,
+    SPOT_FORBID,
+    SPOT_FORBIDDEN,
+    TASK_CPU,
+    TASK_GPUS,
+    TASK_KIND,
+    TASK_MEMORY,
+    TASK_MILLI,
+    TOPO_SETS,
+    UNIT,
+    W_COST,
+    W_FRAG,
+    W_MODEL,
+    W_ORDER,
+    W_PACK,
+    W_SPOT,
+    W_SPOT_AVOID,
+    W_TOPO,
+)
+from scoring.layout import N_PARAMS as N_PARAMS  # re-exported: policies size their params with it
 
 # shape id -> placement-id mask of that shape, for static layouts
 SHAPE_PLACEMENTS = np.zeros(len(SHAPE_SIZE), dtype=np.int64)
 for _pid in range(len(PLACEMENT_SHAPE)):
     SHAPE_PLACEMENTS[PLACEMENT_SHAPE[_pid]] |= 1 << _pid
-# rows of the per-node scratch copy of GPU state
-L_MILLI, L_WHOLE, L_SLICES, L_COMPUTE, L_ME, L_SUSED = range(6)
 # Every function below `schedule` calls takes arrays but never allocates, so it is compiled without
 # numba's reference counting (`_nrt=False`, the switch numba's own maintainers use for this, numba
 # issue #2350): with it, each call paid an atomic incref and decref per array argument, 85 % of the
 # kernel's time at 5,000 nodes.
 helper = njit(cache=True, _nrt=False)
+# The steps of one node's evaluation: compiled into their caller, as if written there.
+per_node = njit(cache=True, _nrt=False, inline="always")
 
 MAX_SPEC_CPU = 128000.0  # normalisers of the ATC'23 baselines: 128 cores, 8 GPUs
 MAX_SPEC_GPU = 8000.0
 
 
+# ----------------------------------------------------------------------------- one GPU
 @njit(cache=True, inline="always")
 def slice_unit(compute_total):
     return UNIT // compute_total
@@ -71,44 +196,43 @@ def popcount(x):
 
 
 @njit(cache=True)
-def gpu_free_units(mode, ct, milli, whole, slices, compute, static, sused):
+def gpu_free_units(mode, compute_total, milli, whole, slices, compute, static, static_used):
     """Free capacity of one GPU in units."""
     if static != 0:
         free = 0
-        bits = static & ~sused
+        bits = static & ~static_used
         pid = 0
         while bits:
             if bits & 1:
                 free += SHAPE_COMPUTE[PLACEMENT_SHAPE[pid]]
             bits >>= 1
             pid += 1
-        return free * slice_unit(ct)
+        return free * slice_unit(compute_total)
     if whole:
         return 0
     if slices != 0 or compute != 0:
-        return (ct - compute) * slice_unit(ct)
+        return (compute_total - compute) * slice_unit(compute_total)
     return milli * MILLI_UNIT
 
 
 @njit(cache=True)
-def static_options(shape, me, static, sused, need_me):
+def static_options(shape, me, static, static_used, need_me):
     """Static MIG: placement-id mask of the free instances of `shape` a request may take; `me` is
     the mask of the layout's +me instances, which only a +me request takes (and it only those)."""
     kind_mask = me if need_me else ~me
-    return static & ~sused & SHAPE_PLACEMENTS[shape] & kind_mask
+    return static & ~static_used & SHAPE_PLACEMENTS[shape] & kind_mask
 
 
 @njit(cache=True)
-def mig_fit(shape, mode, ct, milli, whole, slices, compute, me, static, sused, need_me):
+def mig_fit(shape, mode, compute_total, milli, whole, slices, compute, me, static, static_used, need_me):
     """How many instances of `shape` still fit on one GPU (0 when none)."""
     if mode == MODE_STATIC:
-        return popcount(static_options(shape, me, static, sused, need_me))
+        return popcount(static_options(shape, me, static, static_used, need_me))
     if mode != MODE_DYNAMIC or whole or milli != 1000 or static != 0:
         return 0
     if need_me and me:
         return 0
-    c = SHAPE_COMPUTE[shape]
-    by_compute = (ct - compute) // c
+    by_compute = (compute_total - compute) // SHAPE_COMPUTE[shape]
     by_memory = MAX_FIT[shape, slices]
     fit = by_memory if by_memory < by_compute else by_compute
     if need_me and fit > 1:
@@ -117,12 +241,12 @@ def mig_fit(shape, mode, ct, milli, whole, slices, compute, me, static, sused, n
 
 
 @njit(cache=True)
-def gpu_terms(kind, milli_t, shape_t, mode, ct, milli, whole, slices, compute, me, static, sused):
+def gpu_terms(kind, task_milli, task_shape, mode, compute_total, milli, whole, slices, compute, me, static, static_used):
     """(units unusable by the task type, 1 if this GPU can host one unit of the type)."""
-    free = gpu_free_units(mode, ct, milli, whole, slices, compute, static, sused)
+    free = gpu_free_units(mode, compute_total, milli, whole, slices, compute, static, static_used)
     plain = static == 0 and not whole and slices == 0 and compute == 0
     if kind == KIND_SHARE:
-        if plain and milli >= milli_t:
+        if plain and milli >= task_milli:
             return 0, 1
         return free, 0
     if kind == KIND_WHOLE:
@@ -130,31 +254,32 @@ def gpu_terms(kind, milli_t, shape_t, mode, ct, milli, whole, slices, compute, m
             return 0, 1
         return free, 0
     if kind == KIND_MIG:
-        if shape_t < 0:
+        if task_shape < 0:
             return free, 0
-        fit = mig_fit(shape_t, mode, ct, milli, whole, slices, compute, me, static, sused, False)
+        fit = mig_fit(task_shape, mode, compute_total, milli, whole, slices, compute, me, static, static_used, False)
         if fit == 0:
             return free, 0
-        return free - fit * SHAPE_COMPUTE[shape_t] * slice_unit(ct), 1
+        return free - fit * SHAPE_COMPUTE[task_shape] * slice_unit(compute_total), 1
     return 0, 0
 
 
+# ----------------------------------------------------------------------------- fragmentation sums
 @helper
 def node_summary(
-    model, mode, ct, base, count, milli_a, whole_a, slices_a, compute_a, me_a, static_a, sused_a,
-    mix_w, mix_i, mix_shape, S, H, r, gpu_S, gpu_H,
+    model, mode, compute_total, base, count, milli_a, whole_a, slices_a, compute_a, me_a, static_a, static_used_a,
+    mix_w, mix_task, mix_shape, unusable, hosts, row, gpu_unusable, gpu_hosts,
 ):
-    """Per task type the sum of units the type cannot use (into S) and the count of GPUs that can host
-    one unit of it (into H). Returns (free units, mask of untouched plain GPUs, mask of plain GPUs);
-    plain = no MIG instance and not taken whole, so shares and whole GPUs may use it.
+    """Per task type the sum of units the type cannot use (into unusable[row]) and the count of GPUs
+    that can host one unit of it (into hosts[row]). Returns (free units, mask of untouched plain GPUs,
+    mask of plain GPUs); plain = no MIG instance and not taken whole, so shares and whole GPUs may use it.
 
     A GPU in the same state as an earlier GPU of the node (all free, all taken: the common case)
-    reuses that GPU's terms, kept in the scratch rows gpu_S[j] and gpu_H[j].
+    reuses that GPU's terms, kept in the scratch rows gpu_unusable[j] and gpu_hosts[j].
     """
     n_types = len(mix_w)
     for t in range(n_types):
-        S[r, t] = 0
-        H[r, t] = 0
+        unusable[row, t] = 0
+        hosts[row, t] = 0
     free = 0
     free_mask = 0
     plain_mask = 0
@@ -166,8 +291,8 @@ def node_summary(
         compute = compute_a[i]
         me = me_a[i]
         static = static_a[i]
-        sused = sused_a[i]
-        free += gpu_free_units(mode, ct, milli, whole, slices, compute, static, sused)
+        static_used = static_used_a[i]
+        free += gpu_free_units(mode, compute_total, milli, whole, slices, compute, static, static_used)
         if static == 0 and not whole and slices == 0 and compute == 0:
             plain_mask |= 1 << j
             if milli == 1000:
@@ -176,107 +301,116 @@ def node_summary(
         for o in range(j if n_types > 0 else 0):
             e = base + o
             if (milli_a[e] == milli and whole_a[e] == whole and slices_a[e] == slices and compute_a[e] == compute
-                    and me_a[e] == me and static_a[e] == static and sused_a[e] == sused):
+                    and me_a[e] == me and static_a[e] == static and static_used_a[e] == static_used):
                 same = o
                 break
         for t in range(n_types):
             if same >= 0:
-                gf = gpu_S[same, t]
-                host = gpu_H[same, t]
+                gpu_unusable_units = gpu_unusable[same, t]
+                host = gpu_hosts[same, t]
             else:
-                gf, host = gpu_terms(
-                    mix_i[t, 0], mix_i[t, 4], mix_shape[t, model], mode, ct,
-                    milli, whole, slices, compute, me, static, sused,
+                gpu_unusable_units, host = gpu_terms(
+                    mix_task[t, TASK_KIND], mix_task[t, TASK_MILLI], mix_shape[t, model], mode, compute_total,
+                    milli, whole, slices, compute, me, static, static_used,
                 )
-            gpu_S[j, t] = gf
-            gpu_H[j, t] = host
-            S[r, t] += gf
-            H[r, t] += host
+            gpu_unusable[j, t] = gpu_unusable_units
+            gpu_hosts[j, t] = host
+            unusable[row, t] += gpu_unusable_units
+            hosts[row, t] += host
     return free, free_mask, plain_mask
 
 
 @helper
-def load_local(base, count, milli_a, whole_a, slices_a, compute_a, me_a, sused_a, loc, cache_S, cache_H, n, S, H):
-    """Copy node n's GPU state into the scratch `loc` and its sums into S[0] and H[0]: the MIG and
-    multi-GPU paths change the copies while they try placements."""
-    for t in range(S.shape[1]):
-        S[0, t] = cache_S[n, t]
-        H[0, t] = cache_H[n, t]
+def load_local(
+    base, count, milli_a, whole_a, slices_a, compute_a, me_a, static_used_a, local, cache_unusable, cache_hosts, n,
+    unusable, hosts,
+):
+    """Copy node n's GPU state into the scratch `local` and its sums into unusable[0] and hosts[0]: the
+    MIG and multi-GPU paths change the copies while they try placements."""
+    for t in range(unusable.shape[1]):
+        unusable[0, t] = cache_unusable[n, t]
+        hosts[0, t] = cache_hosts[n, t]
     for j in range(count):
         i = base + j
-        loc[L_MILLI, j] = milli_a[i]
-        loc[L_WHOLE, j] = whole_a[i]
-        loc[L_SLICES, j] = slices_a[i]
-        loc[L_COMPUTE, j] = compute_a[i]
-        loc[L_ME, j] = me_a[i]
-        loc[L_SUSED, j] = sused_a[i]
+        local[LOCAL_MILLI, j] = milli_a[i]
+        local[LOCAL_WHOLE, j] = whole_a[i]
+        local[LOCAL_SLICES, j] = slices_a[i]
+        local[LOCAL_COMPUTE, j] = compute_a[i]
+        local[LOCAL_ME, j] = me_a[i]
+        local[LOCAL_STATIC_USED, j] = static_used_a[i]
 
 
 @helper
-def add_gpu_terms(sign, j, model, mode, ct, static, mix_w, mix_i, mix_shape, loc, S, H, r):
-    """Add (sign=1) or remove (sign=-1) local GPU j's contribution to S and H; returns its free units."""
+def add_gpu_terms(sign, j, model, mode, compute_total, static, mix_w, mix_task, mix_shape, local, unusable, hosts, row):
+    """Add (sign=1) or remove (sign=-1) local GPU j's contribution to the sums; returns its free units."""
+    milli = local[LOCAL_MILLI, j]
+    whole = local[LOCAL_WHOLE, j]
+    slices = local[LOCAL_SLICES, j]
+    compute = local[LOCAL_COMPUTE, j]
+    static_used = local[LOCAL_STATIC_USED, j]
     for t in range(len(mix_w)):
-        gf, host = gpu_terms(
-            mix_i[t, 0], mix_i[t, 4], mix_shape[t, model], mode, ct,
-            loc[L_MILLI, j], loc[L_WHOLE, j], loc[L_SLICES, j], loc[L_COMPUTE, j], loc[L_ME, j], static, loc[L_SUSED, j],
+        gpu_unusable_units, host = gpu_terms(
+            mix_task[t, TASK_KIND], mix_task[t, TASK_MILLI], mix_shape[t, model], mode, compute_total,
+            milli, whole, slices, compute, local[LOCAL_ME, j], static, static_used,
         )
-        S[r, t] += sign * gf
-        H[r, t] += sign * host
-    return sign * gpu_free_units(mode, ct, loc[L_MILLI, j], loc[L_WHOLE, j], loc[L_SLICES, j], loc[L_COMPUTE, j], static, loc[L_SUSED, j])
+        unusable[row, t] += sign * gpu_unusable_units
+        hosts[row, t] += sign * host
+    return sign * gpu_free_units(mode, compute_total, milli, whole, slices, compute, static, static_used)
 
 
 @helper
-def type_may_fit(t, model, cpu_free, mem_free, mix_i, mix_allowed):
+def type_may_fit(t, model, cpu_free, mem_free, mix_task, mix_allowed):
     """Whether task type t could run on the node at all (GPU model, CPU, memory), and how many
     GPUs able to host it the node then needs (0 when it cannot run)."""
-    kind = mix_i[t, 0]
-    if kind != KIND_NONE and mix_allowed[t, model] and cpu_free >= mix_i[t, 1] and mem_free >= mix_i[t, 2]:
-        return mix_i[t, 3] if kind == KIND_WHOLE else 1
+    kind = mix_task[t, TASK_KIND]
+    if (kind != KIND_NONE and mix_allowed[t, model] and cpu_free >= mix_task[t, TASK_CPU]
+            and mem_free >= mix_task[t, TASK_MEMORY]):
+        return mix_task[t, TASK_GPUS] if kind == KIND_WHOLE else 1
     return 0
 
 
 @helper
-def node_frag(model, cpu_free, mem_free, free, mix_w, mix_i, mix_allowed, S, H, r):
+def node_frag(model, cpu_free, mem_free, free, mix_w, mix_task, mix_allowed, unusable, hosts, row):
     """Expected fragmentation of a node (FGD, ATC'23): weighted units no task type could use."""
     total = 0.0
     for t in range(len(mix_w)):
         if mix_w[t] == 0.0:
             continue
         frag = free
-        need = type_may_fit(t, model, cpu_free, mem_free, mix_i, mix_allowed)
-        if need > 0 and H[r, t] >= need:
-            frag = S[r, t]
+        need = type_may_fit(t, model, cpu_free, mem_free, mix_task, mix_allowed)
+        if need > 0 and hosts[row, t] >= need:
+            frag = unusable[row, t]
         total += mix_w[t] * frag
     return total
 
 
 @njit(cache=True, _nrt=False, inline="always")
 def frag_after_change(
-    model, mode, ct, static,
-    o_milli, o_whole, o_slices, o_compute, o_me, o_sused,
-    milli, whole, slices, compute, me, sused,
-    cpu_free, mem_free, free_before, mix_w, mix_i, mix_shape, mix_allowed, S, H, r,
+    model, mode, compute_total, static,
+    o_milli, o_whole, o_slices, o_compute, o_me, o_static_used,
+    milli, whole, slices, compute, me, static_used,
+    cpu_free, mem_free, free_before, mix_w, mix_task, mix_shape, mix_allowed, unusable, hosts, row,
 ):
-    """node_frag after one GPU goes from the o_* state to the given one, without touching S or H."""
-    old_free = gpu_free_units(mode, ct, o_milli, o_whole, o_slices, o_compute, static, o_sused)
-    free = free_before - old_free + gpu_free_units(mode, ct, milli, whole, slices, compute, static, sused)
+    """node_frag after one GPU goes from the o_* state to the given one, without touching the sums."""
+    old_free = gpu_free_units(mode, compute_total, o_milli, o_whole, o_slices, o_compute, static, o_static_used)
+    free = free_before - old_free + gpu_free_units(mode, compute_total, milli, whole, slices, compute, static, static_used)
     total = 0.0
     for t in range(len(mix_w)):
         if mix_w[t] == 0.0:
             continue
         frag = free
-        need = type_may_fit(t, model, cpu_free, mem_free, mix_i, mix_allowed)
+        need = type_may_fit(t, model, cpu_free, mem_free, mix_task, mix_allowed)
         if need > 0:
-            gf_old, host_old = gpu_terms(
-                mix_i[t, 0], mix_i[t, 4], mix_shape[t, model], mode, ct,
-                o_milli, o_whole, o_slices, o_compute, o_me, static, o_sused,
+            unusable_old, host_old = gpu_terms(
+                mix_task[t, TASK_KIND], mix_task[t, TASK_MILLI], mix_shape[t, model], mode, compute_total,
+                o_milli, o_whole, o_slices, o_compute, o_me, static, o_static_used,
             )
-            gf_new, host_new = gpu_terms(
-                mix_i[t, 0], mix_i[t, 4], mix_shape[t, model], mode, ct,
-                milli, whole, slices, compute, me, static, sused,
+            unusable_new, host_new = gpu_terms(
+                mix_task[t, TASK_KIND], mix_task[t, TASK_MILLI], mix_shape[t, model], mode, compute_total,
+                milli, whole, slices, compute, me, static, static_used,
             )
-            if H[r, t] - host_old + host_new >= need:
-                frag = S[r, t] - gf_old + gf_new
+            if hosts[row, t] - host_old + host_new >= need:
+                frag = unusable[row, t] - unusable_old + unusable_new
         total += mix_w[t] * frag
     return total
 
@@ -288,6 +422,7 @@ def sigmoid_score(frag_before, frag_after):
     return float(math.floor(100.0 / (1.0 + math.exp(-x))))
 
 
+# ----------------------------------------------------------------------------- GPU sets and scores
 @helper
 def pair_score(link_a, numa_a, base, a, b):
     """go-gpuallocator's pair affinity: 100 per NVLink, plus 20 same NUMA node, 10 across."""
@@ -349,9 +484,9 @@ def best_gpu_set(link_a, numa_a, base, count, free_mask, k, out, free_idx, pairs
                 best = sub
                 best_score = score
                 best_cut = cut
-            c = sub & -sub
-            r = sub + c
-            sub = (((r ^ sub) >> 2) // c) | r
+            lowest = sub & -sub
+            ripple = sub + lowest
+            sub = (((ripple ^ sub) >> 2) // lowest) | ripple
     n = 0
     for a in range(nfree):
         if best & (1 << a):
@@ -386,14 +521,14 @@ def node_used_fraction(count, free):
 @helper
 def node_score(
     n, cpu_free_a, mem_free_a, model_a, spot_a, price_a, cpu_cap_a, mem_cap_a, tags_a, milli_a,
-    pods_free_a, pods_cap_a, model_memory, req, policy, params, max_price, max_memory, count, free_before,
+    pods_free_a, pods_cap_a, model_memory, scalars, policy, params, max_price, max_memory, count, free_before,
     free_after, frag_before, frag_after, topo, gpu_score,
 ):
-    """The policy's score of a feasible node (higher is better)."""
-    kind = req[0]
-    cpu = req[1]
-    mem = req[2]
-    k_gpus = req[3]
+    """The policy's score of a feasible node (higher is better); `scalars` are the request's (REQ_*)."""
+    kind = scalars[REQ_KIND]
+    cpu = scalars[REQ_CPU]
+    mem = scalars[REQ_MEMORY]
+    k_gpus = scalars[REQ_GPUS]
     demand_milli = (free_before - free_after) / MILLI_UNIT  # GPU milli this pod takes here
     left_milli = free_before / MILLI_UNIT
     if policy == P_GPUPACK:
@@ -409,7 +544,7 @@ def node_score(
         if kind != KIND_NONE and max_memory > 0:
             score -= params[W_MODEL] * model_memory[model_a[n]] / max_memory
         if spot_a[n]:
-            score += params[W_SPOT] if req[5] else -params[W_SPOT_AVOID]
+            score += params[W_SPOT] if scalars[REQ_INTERRUPTIBLE] else -params[W_SPOT_AVOID]
         if max_price > 0 and not math.isnan(price_a[n]) and pods_free_a[n] == pods_cap_a[n]:
             # the marginal cost of a pod is the price of the node it switches on
             score -= params[W_COST] * price_a[n] / max_price
@@ -439,7 +574,7 @@ def node_score(
     if policy == P_PACKING:
         if kind == KIND_NONE:
             return 0.0
-        return packing_score(n, milli_a, count, kind, k_gpus, req[4])
+        return packing_score(n, milli_a, count, kind, k_gpus, scalars[REQ_MILLI])
     if policy == P_KUBE:
         cpu_part = (cpu_free_a[n] - cpu) * 100 // cpu_cap_a[n] if cpu_cap_a[n] > 0 else 0
         mem_part = (mem_free_a[n] - mem) * 100 // mem_cap_a[n] if mem_cap_a[n] > 0 else 0
@@ -497,12 +632,13 @@ def candidate_maxima(active, model_a, count_a, price_a, model_memory, candidate)
 
 
 def make_scratch(types: int, width: int) -> tuple[np.ndarray, ...]:
-    """Working arrays for `schedule` (for `types` task types and requests of up to `width` slots),
-    made once by the caller: the kernel allocates nothing, so it runs without reference counting."""
+    """Working arrays for `schedule` (for `types` task types and requests of up to `width` slots), in the
+    order of `scoring.layout.SCRATCH_*`, made once by the caller: the kernel allocates nothing, so it
+    runs without reference counting."""
     return (
-        np.zeros((1, types), dtype=np.int64),  # S and H of a node being changed
+        np.zeros((1, types), dtype=np.int64),  # unusable and hosts of a node being changed
         np.zeros((1, types), dtype=np.int64),
-        np.zeros((6, MAX_GPUS), dtype=np.int64),  # loc: GPU state of a node being changed
+        np.zeros((LOCAL_ROWS, MAX_GPUS), dtype=np.int64),  # local: GPU state of a node being changed
         np.zeros(width, dtype=np.int32),  # the current node's placement: GPU, MIG start, shape
         np.zeros(width, dtype=np.int32),
         np.zeros(width, dtype=np.int32),
@@ -514,70 +650,556 @@ def make_scratch(types: int, width: int) -> tuple[np.ndarray, ...]:
     )
 
 
-@njit(cache=True, nogil=True, _nrt=False)
-def schedule(
-    inv, gpus, models, req, req_shapes, req_me, allowed, candidate, mix, policy, params, rank, noise,
-    cache, memo, scratch, out_score, out_verdict, best_gpu, best_start, best_shape,
-):
-    """Score every candidate node; returns (best node or -1, slots) with its placement in best_*.
+# ----------------------------------------------------------------------------- one node
+@per_node
+def request_values(request):
+    """The request's scalars as values, in REQ_* order (`ask`): read once per call, not once per node."""
+    scalars = request[REQUEST_SCALARS]
+    return (
+        scalars[REQ_KIND], scalars[REQ_CPU], scalars[REQ_MEMORY], scalars[REQ_GPUS], scalars[REQ_MILLI],
+        scalars[REQ_INTERRUPTIBLE], scalars[REQ_INSTANCES],
+    )
 
-    Ties on score go to the lowest `rank`. The GIL is released while it runs; `scratch` comes from
-    `make_scratch`.
 
-    `memo` = (stamp[N], epoch[N], verdict[N], score[N], current[1], maxima[2]) keeps each node's
-    verdict and score (before the rank term) for as long as its version is unchanged and the
-    epoch is `current[0]`: the caller starts a new epoch when the request, the policy or the mix
-    weights change, and this kernel does when the candidates' price or memory maxima do (the cost and
-    model-fit terms are relative to them). A node read from the memo is not scored again; when it
-    wins, it alone is scored once more after the loop, for its placement. kube-scheduler sends the
-    same candidates pod after pod and a decision changes one node, so nearly every node is read
-    from the memo. The random policy (its GPU choice draws on `noise`) bypasses it.
+@per_node
+def node_geometry(n, nodes, models):
+    """(model, mode, compute_total, base, count) of node n (`geometry`): read once per node."""
+    model = nodes[NODE_MODEL][n]
+    return model, nodes[NODE_MIG_MODE][n], models[MODEL_COMPUTE][model], n * MAX_GPUS, nodes[NODE_GPU_COUNT][n]
 
-    `cache` = (stamp[N], S[N, T], H[N, T], frag[N], weights_stamp[N], free[N], free_mask[N],
-    plain_mask[N], set[N, MAX_GPUS + 1], topo[N, MAX_GPUS + 1], weights_version) keeps each node's
-    per-type sums, free units, GPU masks and best k-GPU set with its rating for as long as its version
-    (`inv`'s last array) is unchanged, and its fragmentation while the mix weights are unchanged too:
-    an unchanged node is scored without reading its GPUs one by one. The tuples are unpacked once here.
+
+@per_node
+def early_verdict(n, nodes, request, ask, policy, params):
+    """The first check node n fails before its GPUs are read (OK when none); reference: `evaluate`'s head."""
+    if nodes[NODE_CPU_FREE][n] < ask[REQ_CPU]:
+        return NO_CPU
+    if nodes[NODE_MEM_FREE][n] < ask[REQ_MEMORY]:
+        return NO_MEMORY
+    if nodes[NODE_PODS_FREE][n] < 1:
+        return NO_POD_SLOT
+    if ask[REQ_KIND] != KIND_NONE and not request[REQUEST_ALLOWED][nodes[NODE_MODEL][n]]:
+        return MODEL_NOT_ALLOWED
+    if nodes[NODE_SPOT][n] and not ask[REQ_INTERRUPTIBLE] and params[SPOT_FORBID] > 0.0 and policy == P_GPUPACK:
+        return SPOT_FORBIDDEN
+    return OK
+
+
+@per_node
+def node_state(n, geometry, nodes, gpus, mix, cache, scratch, uses_frag):
+    """(free units, mask of untouched plain GPUs, mask of plain GPUs, fragmentation) of node n as it is.
+
+    The node's sums (cache[CACHE_UNUSABLE][n], cache[CACHE_HOSTS][n]), free units and masks are read
+    again only when its version changed; its fragmentation also when the mix weights did.
     """
-    (active, cpu_free_a, mem_free_a, pods_free_a, model_a, mode_a, count_a, spot_a, price_a,
-     cpu_cap_a, mem_cap_a, pods_cap_a, tags_a, version_a) = inv
-    (cache_stamp, cache_S, cache_H, cache_frag, cache_weights, cache_free, cache_free_mask, cache_plain_mask,
-     cache_set, cache_topo, weights_version) = cache
-    milli_a, whole_a, slices_a, compute_a, me_a, static_a, sused_a, numa_a, link_a = gpus
-    model_memory, model_compute = models
-    mix_w, mix_i, mix_shape, mix_allowed = mix
-    max_price, max_memory = candidate_maxima(active, model_a, count_a, price_a, model_memory, candidate)
-    memo_stamp, memo_epoch, memo_verdict, memo_score, memo_current, memo_maxima = memo
-    if memo_maxima[0] != max_price or memo_maxima[1] != max_memory:
-        memo_current[0] += 1
-        memo_maxima[0] = max_price
-        memo_maxima[1] = max_memory
-    epoch = memo_current[0]
+    model, mode, compute_total, base, count = geometry
+    cache_unusable = cache[CACHE_UNUSABLE]
+    cache_hosts = cache[CACHE_HOSTS]
+    fresh = cache[CACHE_STAMP][n] != nodes[NODE_VERSION][n]
+    if fresh:
+        free, free_mask, plain_mask = node_summary(
+            model, mode, compute_total, base, count, gpus[GPU_MILLI], gpus[GPU_WHOLE], gpus[GPU_SLICES],
+            gpus[GPU_COMPUTE], gpus[GPU_ME], gpus[GPU_STATIC], gpus[GPU_STATIC_USED],
+            mix[MIX_WEIGHT], mix[MIX_TASK], mix[MIX_SHAPE], cache_unusable, cache_hosts, n,
+            scratch[SCRATCH_GPU_UNUSABLE], scratch[SCRATCH_GPU_HOSTS],
+        )
+        cache[CACHE_FREE][n] = free
+        cache[CACHE_FREE_MASK][n] = free_mask
+        cache[CACHE_PLAIN_MASK][n] = plain_mask
+        cache_topo = cache[CACHE_TOPO]
+        for size in range(MAX_GPUS + 1):
+            cache_topo[n, size] = -1.0
+        cache[CACHE_STAMP][n] = nodes[NODE_VERSION][n]
+    else:
+        free = cache[CACHE_FREE][n]
+        free_mask = cache[CACHE_FREE_MASK][n]
+        plain_mask = cache[CACHE_PLAIN_MASK][n]
+    frag = 0.0
+    if uses_frag:
+        weights_version = cache[CACHE_WEIGHTS_VERSION]
+        if not fresh and cache[CACHE_WEIGHTS_STAMP][n] == weights_version:
+            frag = cache[CACHE_FRAG][n]
+        else:
+            frag = node_frag(
+                model, nodes[NODE_CPU_FREE][n], nodes[NODE_MEM_FREE][n], free, mix[MIX_WEIGHT], mix[MIX_TASK],
+                mix[MIX_ALLOWED], cache_unusable, cache_hosts, n,
+            )
+            cache[CACHE_FRAG][n] = frag
+            cache[CACHE_WEIGHTS_STAMP][n] = weights_version
+    return free, free_mask, plain_mask, frag
+
+
+@per_node
+def share_frag_after(n, geometry, gpus, mix, cache, j, milli_req, free_before, cpu_after, mem_after):
+    """Fragmentation of node n after a share of `milli_req` on its plain GPU j."""
+    model, mode, compute_total, base, count = geometry
+    left = gpus[GPU_MILLI][base + j]
+    me = gpus[GPU_ME][base + j]
+    static_used = gpus[GPU_STATIC_USED][base + j]
+    return frag_after_change(
+        model, mode, compute_total, 0, left, False, 0, 0, me, static_used, left - milli_req, False, 0, 0, me,
+        static_used, cpu_after, mem_after, free_before, mix[MIX_WEIGHT], mix[MIX_TASK], mix[MIX_SHAPE],
+        mix[MIX_ALLOWED], cache[CACHE_UNUSABLE], cache[CACHE_HOSTS], n,
+    )
+
+
+@per_node
+def share_choice(
+    n, geometry, gpus, mix, cache, scratch, policy, milli_req, noise, plain_mask, free_before, frag_before,
+    cpu_after, mem_after,
+):
+    """A share (reference: `evaluate`, Kind.SHARE): the plain GPU with `milli_req` free that the policy
+    prefers, into scratch slot 0; returns (verdict, free units after, fragmentation after, FGD's score)."""
+    model, mode, compute_total, base, count = geometry
+    milli_a = gpus[GPU_MILLI]
+    hosts = 0
+    for j in range(count):
+        if (plain_mask >> j) & 1 and milli_a[base + j] >= milli_req:
+            hosts += 1
+    if hosts == 0:
+        return NO_GPU, free_before, frag_before, 0.0
+    uses_frag = policy == P_GPUPACK or policy == P_FGD
+    pick = int(noise[n] * hosts) if policy == P_RANDOM else 0
+    seen = 0
+    best_j = -1
+    best_key = 0.0
+    best_left = 0
+    frag_after = frag_before
+    for j in range(count):
+        left = milli_a[base + j]
+        if not (plain_mask >> j) & 1 or left < milli_req:
+            continue
+        if policy == P_RANDOM:
+            if seen == pick:
+                best_j = j
+            seen += 1
+        elif policy == P_FIRSTFIT or policy == P_KUBE:
+            if best_j < 0:
+                best_j = j
+        elif not uses_frag:  # best fit: the tightest GPU, lowest index on ties
+            if best_j < 0 or left < best_left:
+                best_j = j
+                best_left = left
+        else:
+            # fragmentation-aware: evaluate this GPU choice, once per distinct free amount (the same
+            # amount gives the same fragmentation, and ties keep the lowest index anyway)
+            duplicate = False
+            for o in range(j):
+                if (plain_mask >> o) & 1 and milli_a[base + o] == left:
+                    duplicate = True
+                    break
+            if duplicate:
+                continue
+            f_after = share_frag_after(n, geometry, gpus, mix, cache, j, milli_req, free_before, cpu_after, mem_after)
+            if policy == P_FGD:  # the highest FGD score
+                key = sigmoid_score(frag_before, f_after)
+                better = best_j < 0 or key > best_key
+            else:  # least fragmentation, then the tightest GPU
+                key = -f_after
+                better = best_j < 0 or key > best_key or (key == best_key and left < best_left)
+            if better:
+                best_j = j
+                best_key = key
+                best_left = left
+                frag_after = f_after
+    scratch[SCRATCH_GPU][0] = best_j
+    scratch[SCRATCH_START][0] = -1
+    scratch[SCRATCH_SHAPE][0] = -1
+    return OK, free_before - milli_req * MILLI_UNIT, frag_after, best_key if policy == P_FGD else 0.0
+
+
+@per_node
+def pick_whole_gpus(n, geometry, gpus, cache, scratch, policy, params, k_gpus, free_mask):
+    """`k_gpus` free GPUs of node n into the scratch slots; returns their topology rating (1.0 unless rated).
+
+    Topology-aware policies take the best-connected set of two or more, cached per node and size while
+    the node is unchanged (it depends on the free GPUs only); others, and one GPU, the lowest free ones
+    (a single GPU is placed by `finish_choice` once the node is chosen: every free GPU scores the same).
+    """
+    model, mode, compute_total, base, count = geometry
+    chosen_gpus = scratch[SCRATCH_GPU]
+    topo = 1.0
+    if (policy == P_GPUPACK or params[TOPO_SETS] > 0.0) and k_gpus > 1:
+        cache_set = cache[CACHE_SET]
+        cache_topo = cache[CACHE_TOPO]
+        if cache_topo[n, k_gpus] >= 0.0:
+            m = 0
+            for j in range(count):
+                if cache_set[n, k_gpus] & (1 << j):
+                    chosen_gpus[m] = j
+                    m += 1
+            topo = cache_topo[n, k_gpus]
+        else:
+            topo = set_topology(
+                gpus[GPU_LINK], gpus[GPU_NUMA], base, count, free_mask, k_gpus, chosen_gpus,
+                scratch[SCRATCH_IDEAL_SET], scratch[SCRATCH_FREE_IDX], scratch[SCRATCH_PAIRS],
+            )
+            chosen = 0
+            for m in range(k_gpus):
+                chosen |= 1 << chosen_gpus[m]
+            cache_set[n, k_gpus] = chosen
+            cache_topo[n, k_gpus] = topo
+    else:
+        m = 0
+        for j in range(count):
+            if free_mask & (1 << j) and m < k_gpus:
+                chosen_gpus[m] = j
+                m += 1
+    for m in range(k_gpus):
+        scratch[SCRATCH_START][m] = -1
+        scratch[SCRATCH_SHAPE][m] = -1
+    return topo
+
+
+@per_node
+def whole_frag_after(n, geometry, gpus, mix, cache, scratch, k_gpus, free_before, cpu_after, mem_after):
+    """Fragmentation of node n once the `k_gpus` GPUs in the scratch slots are taken whole."""
+    model, mode, compute_total, base, count = geometry
+    chosen_gpus = scratch[SCRATCH_GPU]
+    if k_gpus == 1:
+        i = base + chosen_gpus[0]
+        me = gpus[GPU_ME][i]
+        static_used = gpus[GPU_STATIC_USED][i]
+        return frag_after_change(
+            model, mode, compute_total, 0, 1000, False, 0, 0, me, static_used, 0, True, 0, 0, me, static_used,
+            cpu_after, mem_after, free_before, mix[MIX_WEIGHT], mix[MIX_TASK], mix[MIX_SHAPE], mix[MIX_ALLOWED],
+            cache[CACHE_UNUSABLE], cache[CACHE_HOSTS], n,
+        )
+    local = scratch[SCRATCH_LOCAL]
+    unusable = scratch[SCRATCH_UNUSABLE]
+    hosts = scratch[SCRATCH_HOSTS]
+    load_local(
+        base, count, gpus[GPU_MILLI], gpus[GPU_WHOLE], gpus[GPU_SLICES], gpus[GPU_COMPUTE], gpus[GPU_ME],
+        gpus[GPU_STATIC_USED], local, cache[CACHE_UNUSABLE], cache[CACHE_HOSTS], n, unusable, hosts,
+    )
+    free_change = 0
+    for m in range(k_gpus):
+        j = chosen_gpus[m]
+        static = gpus[GPU_STATIC][base + j]
+        free_change += add_gpu_terms(
+            -1, j, model, mode, compute_total, static, mix[MIX_WEIGHT], mix[MIX_TASK], mix[MIX_SHAPE], local,
+            unusable, hosts, 0,
+        )
+        local[LOCAL_WHOLE, j] = True
+        local[LOCAL_MILLI, j] = 0
+        free_change += add_gpu_terms(
+            1, j, model, mode, compute_total, static, mix[MIX_WEIGHT], mix[MIX_TASK], mix[MIX_SHAPE], local,
+            unusable, hosts, 0,
+        )
+    return node_frag(
+        model, cpu_after, mem_after, free_before + free_change, mix[MIX_WEIGHT], mix[MIX_TASK], mix[MIX_ALLOWED],
+        unusable, hosts, 0,
+    )
+
+
+@per_node
+def whole_choice(
+    n, geometry, gpus, mix, cache, scratch, policy, params, k_gpus, free_mask, free_before, frag_before,
+    cpu_after, mem_after,
+):
+    """Whole GPUs (reference: `evaluate`, Kind.WHOLE): `k_gpus` untouched GPUs into the scratch slots;
+    returns (verdict, free units after, fragmentation after, topology rating, FGD's score)."""
+    if popcount(free_mask) < k_gpus:
+        return NO_GPU, free_before, frag_before, 1.0, 0.0
+    topo = pick_whole_gpus(n, geometry, gpus, cache, scratch, policy, params, k_gpus, free_mask)
+    frag_after = frag_before
+    gpu_score = 0.0
+    if policy == P_GPUPACK or policy == P_FGD:
+        frag_after = whole_frag_after(n, geometry, gpus, mix, cache, scratch, k_gpus, free_before, cpu_after,
+                                      mem_after)
+        if policy == P_FGD:
+            gpu_score = sigmoid_score(frag_before, frag_after)
+    return OK, free_before - k_gpus * UNIT, frag_after, topo, gpu_score
+
+
+@per_node
+def instance_frag_after(
+    geometry, gpus, mix, scratch, j, shape, start, pid, need_me, running_free, cpu_after, mem_after,
+):
+    """gpupack's MIG key: fragmentation of node n (its changed copy in scratch) after one more instance of
+    `shape` on GPU j (static: placement `pid`; dynamic: at slice `start`)."""
+    model, mode, compute_total, base, count = geometry
+    local = scratch[SCRATCH_LOCAL]
+    if mode == MODE_STATIC:
+        new_slices = local[LOCAL_SLICES, j]
+        new_compute = local[LOCAL_COMPUTE, j]
+        new_static_used = local[LOCAL_STATIC_USED, j] | (1 << pid)
+        new_me = local[LOCAL_ME, j]
+    else:
+        new_slices = local[LOCAL_SLICES, j] | (((1 << SHAPE_SIZE[shape]) - 1) << start)
+        new_compute = local[LOCAL_COMPUTE, j] + SHAPE_COMPUTE[shape]
+        new_static_used = local[LOCAL_STATIC_USED, j]
+        new_me = local[LOCAL_ME, j] | need_me
+    return frag_after_change(
+        model, mode, compute_total, gpus[GPU_STATIC][base + j],
+        local[LOCAL_MILLI, j], local[LOCAL_WHOLE, j], local[LOCAL_SLICES, j], local[LOCAL_COMPUTE, j],
+        local[LOCAL_ME, j], local[LOCAL_STATIC_USED, j],
+        local[LOCAL_MILLI, j], local[LOCAL_WHOLE, j], new_slices, new_compute, new_me, new_static_used,
+        cpu_after, mem_after, running_free, mix[MIX_WEIGHT], mix[MIX_TASK], mix[MIX_SHAPE], mix[MIX_ALLOWED],
+        scratch[SCRATCH_UNUSABLE], scratch[SCRATCH_HOSTS], 0,
+    )
+
+
+@per_node
+def best_instance(geometry, gpus, mix, scratch, policy, shape, need_me, running_free, cpu_after, mem_after):
+    """Where one more MIG instance of `shape` goes on node n's changed copy: (GPU, start, placement id),
+    GPU -1 when none fits. gpupack: least fragmentation, then the fullest GPU, then the lowest GPU and on
+    it the highest start; first-fit and kube-default: the first option; the others: the fullest GPU."""
+    model, mode, compute_total, base, count = geometry
+    local = scratch[SCRATCH_LOCAL]
+    best_j = -1
+    best_start = -1
+    best_pid = -1
+    best_key = 0.0
+    best_used = 0
+    for j in range(count):
+        static = gpus[GPU_STATIC][base + j]
+        if mig_fit(shape, mode, compute_total, local[LOCAL_MILLI, j], local[LOCAL_WHOLE, j], local[LOCAL_SLICES, j],
+                   local[LOCAL_COMPUTE, j], local[LOCAL_ME, j], static, local[LOCAL_STATIC_USED, j], need_me) == 0:
+            continue
+        if mode == MODE_STATIC:
+            used_units = popcount(local[LOCAL_STATIC_USED, j])
+            options = static_options(shape, local[LOCAL_ME, j], static, local[LOCAL_STATIC_USED, j], need_me)
+        else:
+            used_units = local[LOCAL_COMPUTE, j]
+            options = FREE_STARTS[shape, local[LOCAL_SLICES, j]]
+        n_options = len(PLACEMENT_SHAPE) if mode == MODE_STATIC else 8
+        for option in range(n_options):
+            if not (options >> option) & 1:
+                continue
+            # static: options are placement ids; dynamic: start slices
+            pid = option
+            start = PLACEMENT_START[option] if mode == MODE_STATIC else option
+            key = 0.0
+            if policy == P_GPUPACK:
+                key = -instance_frag_after(geometry, gpus, mix, scratch, j, shape, start, pid, need_me, running_free,
+                                           cpu_after, mem_after)
+                better = (
+                    best_j < 0 or key > best_key
+                    or (key == best_key and used_units > best_used)
+                    or (key == best_key and used_units == best_used and j == best_j and start > best_start)
+                )
+            elif policy == P_FIRSTFIT or policy == P_KUBE:
+                better = best_j < 0
+            else:  # best fit: the fullest GPU that fits, lowest start
+                better = best_j < 0 or used_units > best_used
+            if better:
+                best_j = j
+                best_start = start
+                best_pid = pid
+                best_key = key
+                best_used = used_units
+    return best_j, best_start, best_pid
+
+
+@per_node
+def take_instance(geometry, gpus, mix, scratch, j, shape, start, pid, need_me):
+    """Take one MIG instance on GPU j of node n's changed copy, its sums updated; returns the change in free units."""
+    model, mode, compute_total, base, count = geometry
+    local = scratch[SCRATCH_LOCAL]
+    unusable = scratch[SCRATCH_UNUSABLE]
+    hosts = scratch[SCRATCH_HOSTS]
+    static = gpus[GPU_STATIC][base + j]
+    change = add_gpu_terms(
+        -1, j, model, mode, compute_total, static, mix[MIX_WEIGHT], mix[MIX_TASK], mix[MIX_SHAPE], local, unusable,
+        hosts, 0,
+    )
+    if mode == MODE_STATIC:
+        local[LOCAL_STATIC_USED, j] |= 1 << pid
+    else:
+        local[LOCAL_SLICES, j] |= ((1 << SHAPE_SIZE[shape]) - 1) << start
+        local[LOCAL_COMPUTE, j] += SHAPE_COMPUTE[shape]
+        if need_me:
+            local[LOCAL_ME, j] = 1
+    change += add_gpu_terms(
+        1, j, model, mode, compute_total, static, mix[MIX_WEIGHT], mix[MIX_TASK], mix[MIX_SHAPE], local, unusable,
+        hosts, 0,
+    )
+    return change
+
+
+@per_node
+def mig_choice(n, geometry, gpus, request, ask, mix, cache, scratch, policy, free_before, frag_before, cpu_after,
+               mem_after):
+    """MIG instances (reference: `evaluate`, Kind.MIG), largest first, each where `best_instance` puts it on
+    a copy of the node that the earlier ones changed, into the scratch slots; returns (verdict, free
+    units after, fragmentation after, FGD's score)."""
+    model, mode, compute_total, base, count = geometry
+    if mode == MODE_NONE or count == 0:
+        return NO_MIG, free_before, frag_before, 0.0
+    unusable = scratch[SCRATCH_UNUSABLE]
+    hosts = scratch[SCRATCH_HOSTS]
+    load_local(
+        base, count, gpus[GPU_MILLI], gpus[GPU_WHOLE], gpus[GPU_SLICES], gpus[GPU_COMPUTE], gpus[GPU_ME],
+        gpus[GPU_STATIC_USED], scratch[SCRATCH_LOCAL], cache[CACHE_UNUSABLE], cache[CACHE_HOSTS], n, unusable, hosts,
+    )
+    running_free = free_before
+    for q in range(ask[REQ_INSTANCES]):
+        shape = request[REQUEST_SHAPES][q, model]
+        if shape < 0:
+            return NO_MIG, free_before, frag_before, 0.0
+        need_me = request[REQUEST_ME][q]
+        j, start, pid = best_instance(geometry, gpus, mix, scratch, policy, shape, need_me, running_free, cpu_after,
+                                      mem_after)
+        if j < 0:
+            return NO_MIG, free_before, frag_before, 0.0
+        running_free += take_instance(geometry, gpus, mix, scratch, j, shape, start, pid, need_me)
+        scratch[SCRATCH_GPU][q] = j
+        scratch[SCRATCH_START][q] = start
+        scratch[SCRATCH_SHAPE][q] = shape
+    if policy == P_GPUPACK or policy == P_FGD:
+        frag_after = node_frag(
+            model, cpu_after, mem_after, running_free, mix[MIX_WEIGHT], mix[MIX_TASK], mix[MIX_ALLOWED], unusable,
+            hosts, 0,
+        )
+        return OK, running_free, frag_after, sigmoid_score(frag_before, frag_after)
+    return OK, running_free, frag_before, 0.0
+
+
+@per_node
+def cpu_only_frag(n, geometry, mix, cache, cpu_after, mem_after, free_before, frag_before):
+    """CPU and memory only (reference: `evaluate`, Kind.NONE): (fragmentation after, FGD's score) of node n."""
+    frag_after = node_frag(
+        geometry[0], cpu_after, mem_after, free_before, mix[MIX_WEIGHT], mix[MIX_TASK], mix[MIX_ALLOWED],
+        cache[CACHE_UNUSABLE], cache[CACHE_HOSTS], n,
+    )
+    return frag_after, sigmoid_score(frag_before, frag_after)
+
+
+@per_node
+def evaluate_node(
+    n, nodes, gpus, models, request, ask, mix, policy, params, noise, max_price, max_memory, cache, scratch,
+):
+    """Verdict of node n, its score before the rank term (-inf when infeasible) and its placement's slot
+    count; the placement itself goes to the scratch slots. Reference: `scoring.reference.evaluate`."""
+    verdict = early_verdict(n, nodes, request, ask, policy, params)
+    if verdict != OK:
+        return verdict, -np.inf, 0
+    geometry = node_geometry(n, nodes, models)
+    uses_frag = policy == P_GPUPACK or policy == P_FGD
+    free_before, free_mask, plain_mask, frag_before = node_state(n, geometry, nodes, gpus, mix, cache, scratch,
+                                                                 uses_frag)
+    kind = ask[REQ_KIND]
+    cpu_after = nodes[NODE_CPU_FREE][n] - ask[REQ_CPU]
+    mem_after = nodes[NODE_MEM_FREE][n] - ask[REQ_MEMORY]
+    slots = 0
+    free_after = free_before
+    frag_after = frag_before
+    topo = 1.0
+    gpu_score = 0.0  # FGD: score of the best GPU choice
+    if kind == KIND_SHARE:
+        slots = 1
+        verdict, free_after, frag_after, gpu_score = share_choice(
+            n, geometry, gpus, mix, cache, scratch, policy, ask[REQ_MILLI], noise, plain_mask, free_before,
+            frag_before, cpu_after, mem_after,
+        )
+    elif kind == KIND_WHOLE:
+        slots = ask[REQ_GPUS]
+        verdict, free_after, frag_after, topo, gpu_score = whole_choice(
+            n, geometry, gpus, mix, cache, scratch, policy, params, slots, free_mask, free_before, frag_before,
+            cpu_after, mem_after,
+        )
+    elif kind == KIND_MIG:
+        slots = ask[REQ_INSTANCES]
+        verdict, free_after, frag_after, gpu_score = mig_choice(
+            n, geometry, gpus, request, ask, mix, cache, scratch, policy, free_before, frag_before, cpu_after,
+            mem_after,
+        )
+    elif uses_frag:
+        frag_after, gpu_score = cpu_only_frag(n, geometry, mix, cache, cpu_after, mem_after, free_before, frag_before)
+    if verdict != OK:
+        return verdict, -np.inf, 0
+    score = node_score(
+        n, nodes[NODE_CPU_FREE], nodes[NODE_MEM_FREE], nodes[NODE_MODEL], nodes[NODE_SPOT], nodes[NODE_PRICE],
+        nodes[NODE_CPU_CAP], nodes[NODE_MEM_CAP], nodes[NODE_TAGS], gpus[GPU_MILLI], nodes[NODE_PODS_FREE],
+        nodes[NODE_PODS_CAP], models[MODEL_MEMORY], request[REQUEST_SCALARS], policy, params, max_price, max_memory,
+        geometry[4], free_before, free_after, frag_before, frag_after, topo, gpu_score,
+    )
+    return OK, score, slots
+
+
+# ----------------------------------------------------------------------------- the memo
+@per_node
+def memo_epoch(memo, max_price, max_memory):
+    """The memo's current epoch; a new one when the candidates' price or memory maxima changed (the
+    cost and model-fit terms are relative to them)."""
+    maxima = memo[MEMO_MAXIMA]
+    current = memo[MEMO_CURRENT]
+    if maxima[0] != max_price or maxima[1] != max_memory:
+        current[0] += 1
+        maxima[0] = max_price
+        maxima[1] = max_memory
+    return current[0]
+
+
+@per_node
+def memo_holds(memo, n, version, epoch):
+    """Whether the memo's verdict and score of node n are current (same node version, same epoch)."""
+    return memo[MEMO_STAMP][n] == version and memo[MEMO_EPOCH][n] == epoch
+
+
+@per_node
+def memo_store(memo, n, version, epoch, verdict, score):
+    """Keep node n's verdict and score (before the rank term) for this version and epoch."""
+    memo[MEMO_STAMP][n] = version
+    memo[MEMO_EPOCH][n] = epoch
+    memo[MEMO_VERDICT][n] = verdict
+    memo[MEMO_SCORE][n] = score
+
+
+@per_node
+def beats(score, n, best, best_score, rank):
+    """Whether node n's score wins over the best so far (none when best < 0); ties go to the lowest rank."""
+    return best < 0 or score > best_score or (score == best_score and rank[n] < rank[best])
+
+
+@per_node
+def keep_placement(scratch, out, slots):
+    """Copy the current node's placement (scratch slots) to the chosen one's (out)."""
+    for q in range(slots):
+        out[OUT_GPU][q] = scratch[SCRATCH_GPU][q]
+        out[OUT_START][q] = scratch[SCRATCH_START][q]
+        out[OUT_SHAPE][q] = scratch[SCRATCH_SHAPE][q]
+
+
+# ----------------------------------------------------------------------------- the driver
+@njit(cache=True, nogil=True, _nrt=False)
+def schedule(nodes, gpus, models, request, candidate, mix, policy, params, rank, noise, cache, memo, scratch, out):
+    """Score every candidate node; returns (best node or -1, slots) with its placement in `out`.
+
+    Arguments (tuples in the column order of `scoring.layout`, which documents each array):
+    nodes, gpus, models: the inventory's arrays (NODE_*, GPU_*, MODEL_*); request: the request's scalars,
+    MIG shapes, +me flags and allowed models (REQUEST_*); candidate: bool per node, the rows the caller
+    allows; mix: the policy's task types (MIX_*); policy: a P_* id; params: its W_* vector; rank: per
+    node, ties on score go to the lowest; noise: per node in [0, 1), the random policy's GPU draw;
+    cache: per-node sums kept while a node's version is unchanged (CACHE_*); memo: per-node verdicts
+    and scores (MEMO_*); scratch: from `make_scratch`; out: per node score and verdict, the chosen
+    node's GPU, MIG start and shape per slot (OUT_*). The GIL is released while it runs.
+
+    The memo keeps each node's verdict and score for as long as its version is unchanged and its
+    epoch is current: the caller starts a new epoch when the request, the policy or the mix weights
+    change, and `memo_epoch` does when the candidates' price or memory maxima do. A node read from the
+    memo is not scored again; when it wins, it alone is scored once more after the loop, for its
+    placement. kube-scheduler sends the same candidates pod after pod and a decision changes one
+    node, so nearly every node is read from the memo. The random policy (its GPU choice draws on
+    `noise`) bypasses it.
+    """
+    active = nodes[NODE_ACTIVE]
+    version = nodes[NODE_VERSION]
+    scores = out[OUT_SCORE]
+    verdicts = out[OUT_VERDICT]
+    max_price, max_memory = candidate_maxima(
+        active, nodes[NODE_MODEL], nodes[NODE_GPU_COUNT], nodes[NODE_PRICE], models[MODEL_MEMORY], candidate
+    )
+    epoch = memo_epoch(memo, max_price, max_memory)
+    ask = request_values(request)
     use_memo = policy != P_RANDOM
     order_weight = params[W_ORDER] if policy == P_GPUPACK and params[W_ORDER] > 0.0 else 0.0
     n_nodes = active.shape[0]
-    S, H, loc, cur_gpu, cur_start, cur_shape, tmp_set, free_idx, pair_scratch, gpu_S, gpu_H = scratch
-    kind = req[0]
-    cpu = req[1]
-    mem = req[2]
-    k_gpus = req[3]
-    milli_req = req[4]
-    interruptible = req[5]
-    n_inst = req[6]
-    uses_frag = policy == P_GPUPACK or policy == P_FGD
     best = -1
     best_slots = 0
     best_score = 0.0
     redo = -1  # the best node so far was read from the memo: its placement is still to be found
-    scored = -1  # the node scored last: its verdict and score go to the memo once the next one starts
-    scored_raw = -np.inf
     for step in range(n_nodes + 1):
-        if scored >= 0:
-            memo_stamp[scored] = version_a[scored]
-            memo_epoch[scored] = epoch
-            memo_verdict[scored] = out_verdict[scored]
-            memo_score[scored] = scored_raw
-            scored = -1
         if step < n_nodes:
             n = step
         elif redo >= 0:
@@ -585,349 +1207,50 @@ def schedule(
         else:
             break
         if not (candidate[n] and active[n]):
-            out_verdict[n] = NOT_CANDIDATE
-            out_score[n] = -np.inf
+            verdicts[n] = NOT_CANDIDATE
+            scores[n] = -np.inf
             continue
-        if use_memo and step < n_nodes and memo_stamp[n] == version_a[n] and memo_epoch[n] == epoch:
-            out_verdict[n] = memo_verdict[n]
-            if memo_verdict[n] != OK:
-                out_score[n] = -np.inf
+        if use_memo and step < n_nodes and memo_holds(memo, n, version[n], epoch):
+            verdicts[n] = memo[MEMO_VERDICT][n]
+            if memo[MEMO_VERDICT][n] != OK:
+                scores[n] = -np.inf
                 continue
-            score = memo_score[n] - order_weight * rank[n] / n_nodes
-            out_score[n] = score
-            if best < 0 or score > best_score or (score == best_score and rank[n] < rank[best]):
+            score = memo[MEMO_SCORE][n] - order_weight * rank[n] / n_nodes
+            scores[n] = score
+            if beats(score, n, best, best_score, rank):
                 best = n
                 best_score = score
                 redo = n
             continue
-        if step < n_nodes:
-            scored = n
-            scored_raw = -np.inf
-        verdict = OK
-        model = model_a[n]
-        if cpu_free_a[n] < cpu:
-            out_verdict[n] = NO_CPU
-            out_score[n] = -np.inf
-            continue
-        if mem_free_a[n] < mem:
-            out_verdict[n] = NO_MEMORY
-            out_score[n] = -np.inf
-            continue
-        if pods_free_a[n] < 1:
-            out_verdict[n] = NO_POD_SLOT
-            out_score[n] = -np.inf
-            continue
-        if kind != KIND_NONE and not allowed[model]:
-            out_verdict[n] = MODEL_NOT_ALLOWED
-            out_score[n] = -np.inf
-            continue
-        if spot_a[n] and not interruptible and params[SPOT_FORBID] > 0.0 and policy == P_GPUPACK:
-            out_verdict[n] = SPOT_FORBIDDEN
-            out_score[n] = -np.inf
-            continue
-        mode = mode_a[n]
-        count = count_a[n]
-        base = n * MAX_GPUS
-        ct = model_compute[model]
-        # the node's sums live in cache_S[n] and cache_H[n]; paths that try several changes copy them
-        # into S[0] and H[0] first (load_local)
-        fresh = cache_stamp[n] != version_a[n]
-        if fresh:
-            free_before, free_mask, plain_mask = node_summary(
-                model, mode, ct, base, count, milli_a, whole_a, slices_a, compute_a, me_a, static_a, sused_a,
-                mix_w, mix_i, mix_shape, cache_S, cache_H, n, gpu_S, gpu_H,
-            )
-            cache_free[n] = free_before
-            cache_free_mask[n] = free_mask
-            cache_plain_mask[n] = plain_mask
-            for size in range(MAX_GPUS + 1):
-                cache_topo[n, size] = -1.0
-            cache_stamp[n] = version_a[n]
-        else:
-            free_before = cache_free[n]
-            free_mask = cache_free_mask[n]
-            plain_mask = cache_plain_mask[n]
-        frag_before = 0.0
-        if uses_frag:
-            # the node's fragmentation also depends on the mix weights: cached per weights version
-            if not fresh and cache_weights[n] == weights_version:
-                frag_before = cache_frag[n]
-            else:
-                frag_before = node_frag(
-                    model, cpu_free_a[n], mem_free_a[n], free_before, mix_w, mix_i, mix_allowed, cache_S, cache_H, n
-                )
-                cache_frag[n] = frag_before
-                cache_weights[n] = weights_version
-        cpu_after = cpu_free_a[n] - cpu
-        mem_after = mem_free_a[n] - mem
-        slots = 0
-        free_after = free_before
-        frag_after = frag_before
-        topo = 1.0
-        gpu_score = 0.0  # FGD: score of the best GPU choice
-
-        if kind == KIND_SHARE:
-            best_j = -1
-            best_key = 0.0
-            best_left = 0
-            hosts = 0
-            for j in range(count):
-                if (plain_mask >> j) & 1 and milli_a[base + j] >= milli_req:
-                    hosts += 1
-            if hosts == 0:
-                out_verdict[n] = NO_GPU
-                out_score[n] = -np.inf
-                continue
-            pick = int(noise[n] * hosts) if policy == P_RANDOM else 0
-            seen = 0
-            for j in range(count):
-                if not (plain_mask >> j) & 1:
-                    continue
-                left = milli_a[base + j]
-                if left < milli_req:
-                    continue
-                if policy == P_RANDOM:
-                    if seen == pick:
-                        best_j = j
-                    seen += 1
-                    continue
-                if policy == P_FIRSTFIT or policy == P_KUBE:
-                    if best_j < 0:
-                        best_j = j
-                    continue
-                if not uses_frag:
-                    if best_j < 0 or left < best_left:
-                        best_j = j
-                        best_left = left
-                    continue
-                # fragmentation-aware: evaluate this GPU choice, once per distinct free amount (the same
-                # amount gives the same fragmentation, and ties keep the lowest index anyway)
-                duplicate = False
-                for o in range(j):
-                    if (plain_mask >> o) & 1 and milli_a[base + o] == left:
-                        duplicate = True
-                        break
-                if duplicate:
-                    continue
-                me = me_a[base + j]
-                sused = sused_a[base + j]
-                f_after = frag_after_change(
-                    model, mode, ct, 0, left, False, 0, 0, me, sused, left - milli_req, False, 0, 0, me, sused,
-                    cpu_after, mem_after, free_before, mix_w, mix_i, mix_shape, mix_allowed, cache_S, cache_H, n,
-                )
-                if policy == P_FGD:
-                    key = sigmoid_score(frag_before, f_after)
-                    better = best_j < 0 or key > best_key
-                else:
-                    key = -f_after
-                    better = best_j < 0 or key > best_key or (key == best_key and left < best_left)
-                if better:
-                    best_j = j
-                    best_key = key
-                    best_left = left
-                    frag_after = f_after
-            cur_gpu[0] = best_j
-            cur_start[0] = -1
-            cur_shape[0] = -1
-            slots = 1
-            free_after = free_before - milli_req * MILLI_UNIT
-            if policy == P_FGD:
-                gpu_score = best_key
-
-        elif kind == KIND_WHOLE:
-            nfree = popcount(free_mask)
-            if nfree < k_gpus:
-                out_verdict[n] = NO_GPU
-                out_score[n] = -np.inf
-                continue
-            # one GPU: every free GPU scores the same, so only the chosen node's pick is refined by
-            # topology (finish_choice)
-            use_topology = (policy == P_GPUPACK or params[TOPO_SETS] > 0.0) and k_gpus > 1
-            if use_topology:
-                if cache_topo[n, k_gpus] >= 0.0:
-                    # the best set depends on the node's free GPUs only: kept while the node is unchanged
-                    m = 0
-                    for j in range(count):
-                        if cache_set[n, k_gpus] & (1 << j):
-                            cur_gpu[m] = j
-                            m += 1
-                    topo = cache_topo[n, k_gpus]
-                else:
-                    topo = set_topology(link_a, numa_a, base, count, free_mask, k_gpus, cur_gpu, tmp_set, free_idx,
-                                        pair_scratch)
-                    chosen = 0
-                    for m in range(k_gpus):
-                        chosen |= 1 << cur_gpu[m]
-                    cache_set[n, k_gpus] = chosen
-                    cache_topo[n, k_gpus] = topo
-            else:
-                m = 0
-                for j in range(count):
-                    if free_mask & (1 << j) and m < k_gpus:
-                        cur_gpu[m] = j
-                        m += 1
-            for m in range(k_gpus):
-                cur_start[m] = -1
-                cur_shape[m] = -1
-            slots = k_gpus
-            free_after = free_before - k_gpus * UNIT
-            if uses_frag and k_gpus == 1:
-                i = base + cur_gpu[0]
-                me = me_a[i]
-                sused = sused_a[i]
-                frag_after = frag_after_change(
-                    model, mode, ct, 0, 1000, False, 0, 0, me, sused, 0, True, 0, 0, me, sused,
-                    cpu_after, mem_after, free_before, mix_w, mix_i, mix_shape, mix_allowed, cache_S, cache_H, n,
-                )
-                if policy == P_FGD:
-                    gpu_score = sigmoid_score(frag_before, frag_after)
-            elif uses_frag:
-                load_local(base, count, milli_a, whole_a, slices_a, compute_a, me_a, sused_a, loc, cache_S, cache_H, n, S, H)
-                f_change = 0
-                for m in range(k_gpus):
-                    j = cur_gpu[m]
-                    f_change += add_gpu_terms(-1, j, model, mode, ct, static_a[base + j], mix_w, mix_i, mix_shape, loc, S, H, 0)
-                    loc[L_WHOLE, j] = True
-                    loc[L_MILLI, j] = 0
-                    f_change += add_gpu_terms(1, j, model, mode, ct, static_a[base + j], mix_w, mix_i, mix_shape, loc, S, H, 0)
-                frag_after = node_frag(model, cpu_after, mem_after, free_before + f_change, mix_w, mix_i, mix_allowed, S, H, 0)
-                if policy == P_FGD:
-                    gpu_score = sigmoid_score(frag_before, frag_after)
-
-        elif kind == KIND_MIG:
-            if mode == MODE_NONE or count == 0:
-                out_verdict[n] = NO_MIG
-                out_score[n] = -np.inf
-                continue
-            load_local(base, count, milli_a, whole_a, slices_a, compute_a, me_a, sused_a, loc, cache_S, cache_H, n, S, H)
-            running_free = free_before
-            for q in range(n_inst):
-                s = req_shapes[q, model]
-                if s < 0:
-                    verdict = NO_MIG
-                    break
-                c = SHAPE_COMPUTE[s]
-                size = SHAPE_SIZE[s]
-                need_me = req_me[q]
-                best_j = -1
-                best_st = -1
-                best_pid = -1
-                best_key = 0.0
-                best_used = 0
-                for j in range(count):
-                    static = static_a[base + j]
-                    if mig_fit(s, mode, ct, loc[L_MILLI, j], loc[L_WHOLE, j], loc[L_SLICES, j], loc[L_COMPUTE, j], loc[L_ME, j], static, loc[L_SUSED, j],
-                               need_me) == 0:
-                        continue
-                    if mode == MODE_STATIC:
-                        used_units = popcount(loc[L_SUSED, j])
-                        starts = static_options(s, loc[L_ME, j], static, loc[L_SUSED, j], need_me)
-                    else:
-                        used_units = loc[L_COMPUTE, j]
-                        starts = FREE_STARTS[s, loc[L_SLICES, j]]
-                    n_options = len(PLACEMENT_SHAPE) if mode == MODE_STATIC else 8
-                    for option in range(n_options):
-                        if not (starts >> option) & 1:
-                            continue
-                        # static: options are placement ids; dynamic: start slices
-                        pid = option
-                        st = PLACEMENT_START[option] if mode == MODE_STATIC else option
-                        if policy == P_GPUPACK:
-                            if mode == MODE_STATIC:
-                                new_slices = loc[L_SLICES, j]
-                                new_compute = loc[L_COMPUTE, j]
-                                new_sused = loc[L_SUSED, j] | (1 << pid)
-                                new_me = loc[L_ME, j]
-                            else:
-                                new_slices = loc[L_SLICES, j] | (((1 << size) - 1) << st)
-                                new_compute = loc[L_COMPUTE, j] + c
-                                new_sused = loc[L_SUSED, j]
-                                new_me = loc[L_ME, j] | need_me
-                            f_after = frag_after_change(
-                                model, mode, ct, static,
-                                loc[L_MILLI, j], loc[L_WHOLE, j], loc[L_SLICES, j], loc[L_COMPUTE, j], loc[L_ME, j],
-                                loc[L_SUSED, j],
-                                loc[L_MILLI, j], loc[L_WHOLE, j], new_slices, new_compute, new_me,
-                                new_sused,
-                                cpu_after, mem_after, running_free, mix_w, mix_i, mix_shape, mix_allowed, S, H, 0,
-                            )
-                            key = -f_after
-                            better = (
-                                best_j < 0 or key > best_key
-                                or (key == best_key and used_units > best_used)
-                                or (key == best_key and used_units == best_used and j == best_j and st > best_st)
-                            )
-                        elif policy == P_FIRSTFIT or policy == P_KUBE:
-                            better = best_j < 0
-                        else:  # best fit: the fullest GPU that fits, lowest start
-                            better = best_j < 0 or used_units > best_used
-                        if better:
-                            best_j = j
-                            best_st = st
-                            best_pid = pid
-                            best_key = key if policy == P_GPUPACK else 0.0
-                            best_used = used_units
-                if best_j < 0:
-                    verdict = NO_MIG
-                    break
-                # take the chosen instance in the local picture
-                static = static_a[base + best_j]
-                running_free += add_gpu_terms(-1, best_j, model, mode, ct, static, mix_w, mix_i, mix_shape, loc, S, H, 0)
-                if mode == MODE_STATIC:
-                    loc[L_SUSED, best_j] |= 1 << best_pid
-                else:
-                    loc[L_SLICES, best_j] |= ((1 << size) - 1) << best_st
-                    loc[L_COMPUTE, best_j] += c
-                    if need_me:
-                        loc[L_ME, best_j] = 1
-                running_free += add_gpu_terms(1, best_j, model, mode, ct, static, mix_w, mix_i, mix_shape, loc, S, H, 0)
-                cur_gpu[q] = best_j
-                cur_start[q] = best_st
-                cur_shape[q] = s
-            if verdict != OK:
-                out_verdict[n] = verdict
-                out_score[n] = -np.inf
-                continue
-            slots = n_inst
-            free_after = running_free
-            if uses_frag:
-                frag_after = node_frag(model, cpu_after, mem_after, free_after, mix_w, mix_i, mix_allowed, S, H, 0)
-                gpu_score = sigmoid_score(frag_before, frag_after)
-
-        else:  # CPU and memory only
-            if uses_frag:
-                frag_after = node_frag(model, cpu_after, mem_after, free_before, mix_w, mix_i, mix_allowed, cache_S, cache_H, n)
-                gpu_score = sigmoid_score(frag_before, frag_after)
-
-        score = node_score(
-            n, cpu_free_a, mem_free_a, model_a, spot_a, price_a, cpu_cap_a, mem_cap_a, tags_a, milli_a,
-            pods_free_a, pods_cap_a, model_memory, req, policy, params, max_price, max_memory, count, free_before,
-            free_after, frag_before, frag_after, topo, gpu_score,
+        verdict, raw, slots = evaluate_node(
+            n, nodes, gpus, models, request, ask, mix, policy, params, noise, max_price, max_memory, cache, scratch
         )
-        scored_raw = score
-        # consolidation (gpupack): among near-equal nodes, keep filling the ones earliest in a fixed order
-        score -= order_weight * rank[n] / n_nodes
-        out_verdict[n] = OK
-        out_score[n] = score
-        if step == n_nodes or best < 0 or score > best_score or (score == best_score and rank[n] < rank[best]):
+        if step < n_nodes:
+            memo_store(memo, n, version[n], epoch, verdict, raw)
+        verdicts[n] = verdict
+        if verdict != OK:
+            scores[n] = -np.inf
+            continue
+        score = raw - order_weight * rank[n] / n_nodes  # consolidation (gpupack): keep filling early nodes
+        scores[n] = score
+        if step == n_nodes or beats(score, n, best, best_score, rank):
             best = n
             best_score = score
-            best_slots = slots
             redo = -1
-            for q in range(slots):
-                best_gpu[q] = cur_gpu[q]
-                best_start[q] = cur_start[q]
-                best_shape[q] = cur_shape[q]
+            best_slots = slots
+            keep_placement(scratch, out, slots)
     if best >= 0:  # scored in this call, so its cached free mask is current
-        finish_choice(best, req, policy, params, numa_a, link_a, count_a[best], cache_free_mask[best], best_gpu,
-                      free_idx, pair_scratch)
+        finish_choice(
+            best, request[REQUEST_SCALARS], policy, params, gpus[GPU_NUMA], gpus[GPU_LINK], nodes[NODE_GPU_COUNT][best],
+            cache[CACHE_FREE_MASK][best], out[OUT_GPU], scratch[SCRATCH_FREE_IDX], scratch[SCRATCH_PAIRS],
+        )
     return best, best_slots
 
 
 @helper
-def finish_choice(best, req, policy, params, numa_a, link_a, count, free_mask, best_gpu, free_idx, pair_scratch):
+def finish_choice(best, scalars, policy, params, numa_a, link_a, count, free_mask, best_gpu, free_idx, pair_scratch):
     """Complete the winner's placement: a single whole GPU goes where taking it cuts the fewest links
     among the node's free GPUs `free_mask` (every free GPU scored the same, so only the winner is refined)."""
-    if req[0] != KIND_WHOLE or req[3] != 1 or not (policy == P_GPUPACK or params[TOPO_SETS] > 0.0):
+    if scalars[REQ_KIND] != KIND_WHOLE or scalars[REQ_GPUS] != 1 or not (policy == P_GPUPACK or params[TOPO_SETS] > 0.0):
         return
     best_gpu_set(link_a, numa_a, best * MAX_GPUS, count, free_mask, 1, best_gpu, free_idx, pair_scratch)

@@ -26,12 +26,10 @@ from scoring import kernels as k
 from scoring.engine import Decision, RequestArrays, build_placement
 from scoring.geometry import PLACEMENT_SHAPE, PLACEMENT_START, SHAPES, MigFamily, resolve_profile, slice_bits
 from scoring.inventory import FULL_MILLI, MAX_GPUS, Inventory
+from scoring.layout import MILLI_UNIT, UNIT
 from scoring.mix import TaskType
 from scoring.policies import PolicySpec
 from scoring.request import Kind, PodRequest
-
-UNIT = 7000  # capacity units of one GPU
-MILLI_UNIT = 7  # units of one thousandth of a GPU
 
 
 @dataclass(frozen=True)
