@@ -23,7 +23,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -176,10 +176,27 @@ def free_port() -> int:
 def server_process(command: Sequence[str], port: int, ready_path: str, timeout: float = 180) -> Iterator[str]:
     """Run the server `command` (listening on 127.0.0.1:`port`) as a child process; yields its URL once
     `ready_path` answers 200, stops it afterwards."""
+    with server_child(command, port, ready_path, timeout):
+        yield f"http://127.0.0.1:{port}"
+
+
+@contextmanager
+def server_child(
+    command: Sequence[str],
+    port: int,
+    ready_path: str,
+    timeout: float = 180,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[subprocess.Popen]:
+    """`server_process`, yielding the child process (run in `cwd` with `env` when given)."""
     import httpx
 
     url = f"http://127.0.0.1:{port}"
-    child = subprocess.Popen(list(command), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child = subprocess.Popen(
+        list(command), cwd=cwd, env=None if env is None else dict(env), stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -193,7 +210,7 @@ def server_process(command: Sequence[str], port: int, ready_path: str, timeout: 
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{command[2:4]} not ready within {timeout:g} s")
             time.sleep(0.2)
-        yield url
+        yield child
     finally:
         stop_process(child)
 

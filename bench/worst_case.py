@@ -32,7 +32,7 @@ import orjson
 import yaml
 
 from bench.scenarios import node_objects
-from bench.speed import free_port, h100_nodes, pod_object, stop_process
+from bench.speed import free_port, h100_nodes, pod_object, server_child
 
 BODY_BYTES = (16 << 20) - 4096  # just under the default maxBodyBytes
 UID_BYTES = 4 << 20
@@ -140,24 +140,8 @@ def served(repo: Path, cluster_file: Path, timeout: float = 240) -> Iterator[tup
     port = free_port()
     command = [sys.executable, "-m", "extender.cli", "serve", "--cluster-file", str(cluster_file), "--port", str(port)]
     env = {**os.environ, "PYTHONPATH": str(repo)}
-    child = subprocess.Popen(command, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if child.poll() is not None:
-                raise RuntimeError(f"gpupack serve exited with {child.returncode} before it was ready")
-            try:
-                if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"gpupack serve not ready within {timeout:g} s")
-            time.sleep(0.5)
-        yield url, child.pid
-    finally:
-        stop_process(child)
+    with server_child(command, port, "/readyz", timeout, cwd=repo, env=env) as child:
+        yield f"http://127.0.0.1:{port}", child.pid
 
 
 def worst_cases(repo: Path, nodes: int) -> tuple[float, list[Outcome]]:
