@@ -61,7 +61,7 @@ class SoakConfig:
     client_processes: int = 1
     seed: int = 1
     max_seconds: float = 1200.0
-    scrape_interval: float | None = None  # seconds between GET /metrics from a client process (0: back to back)
+    scrape_interval: float | None = None  # seconds between GET /metrics from a process of its own (0: nonstop)
 
     def live_target(self) -> int:
         """Bound pods at steady state: about half the GPUs in use, reached within the first ~40 % of calls."""
@@ -163,20 +163,10 @@ def client_process(
     work: Any,
     results: Any,
     seed: int,
-    scrape_interval: float | None = None,
 ) -> None:
-    """Run `threads` kube-scheduler-like loops; each work item is one pod (filter, maybe prioritize, bind).
-
-    With `scrape_interval`, one more thread scrapes `/metrics` every that many seconds until the loops end.
-    """
-    latencies: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": [], "metrics": []}
+    """Run `threads` kube-scheduler-like loops; each work item is one pod (filter, maybe prioritize, bind)."""
+    latencies: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": []}
     lock = threading.Lock()
-    done = threading.Event()
-
-    def scrape() -> None:
-        connection = Connection(port)
-        while not done.wait(scrape_interval or 0):
-            connection.get("metrics", latencies["metrics"])
 
     def loop(index: int) -> None:
         rng = random.Random(seed * 1000 + index)
@@ -194,15 +184,21 @@ def client_process(
                 latencies[verb].extend(values)
 
     pool = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
-    scraper = threading.Thread(target=scrape) if scrape_interval is not None else None
-    for thread in [*pool, *([scraper] if scraper else [])]:
+    for thread in pool:
         thread.start()
     for thread in pool:
         thread.join()
-    done.set()
-    if scraper is not None:
-        scraper.join()
     results.put(("latencies", "", 0, {verb: np.asarray(v, dtype=np.float32) for verb, v in latencies.items()}))
+
+
+def scraper_process(port: int, interval: float, stop: Any, results: Any) -> None:
+    """GET /metrics every `interval` seconds (0: back to back) until `stop` is set, from a process of its
+    own so that its work slows neither the server's nor the clients' interpreter; then report latencies."""
+    connection = Connection(port)
+    latencies: list[float] = []
+    while not stop.wait(interval):
+        connection.get("metrics", latencies)
+    results.put(("latencies", "", 0, {"metrics": np.asarray(latencies, dtype=np.float32)}))
 
 
 class Connection:
@@ -334,26 +330,30 @@ def run(config: SoakConfig, log: Any = None) -> SoakResult:
         children = [
             context.Process(
                 target=client_process,
-                args=(
-                    port, threads, names, config.candidates, work, results, config.seed + i, scrape_interval(config, i)
-                ),
+                args=(port, threads, names, config.candidates, work, results, config.seed + i),
                 daemon=True,
             )
             for i, threads in enumerate(per_process)
         ]
+        stop_scraping = context.Event()
+        scraper = None
+        if config.scrape_interval is not None:
+            scraper = context.Process(
+                target=scraper_process, args=(port, config.scrape_interval, stop_scraping, results), daemon=True
+            )
+            scraper.start()
         for child in children:
             child.start()
         driver = Driver(config, source, work, results, rng, say)
         driver.run(children)
+        stop_scraping.set()
+        if scraper is not None:
+            driver.drain_latencies(1)
+            scraper.join(60)
         for child in children:
             child.join(60)
     violations = check_invariants(state, source, nodes)
     return driver.result(config, violations)
-
-
-def scrape_interval(config: SoakConfig, process: int) -> float | None:
-    """The first client process scrapes /metrics when the config asks for it."""
-    return config.scrape_interval if process == 0 else None
 
 
 def split(total: int, parts: int) -> list[int]:
@@ -409,13 +409,16 @@ class Driver:
         self.rss["end"] = rss_mib()
         for _ in range(self.config.clients):  # one stop sign per client thread
             self.work.put(None)
-        waiting = len(children)
-        while waiting:
+        self.drain_latencies(len(children))
+
+    def drain_latencies(self, senders: int) -> None:
+        """Wait for the latencies of `senders` finished processes and keep them."""
+        while senders:
             outcome, _key, _calls, detail = self.results.get(timeout=120)
             if outcome == "latencies":
                 for verb, values in detail.items():
                     self.latencies[verb].append(values)
-                waiting -= 1
+                senders -= 1
 
     def offer(self) -> bool:
         """Create one pending pod and queue it for a client; False when the queue is full."""
@@ -612,7 +615,7 @@ def scrape_line(interval: float | None) -> list[str]:
     if interval is None:
         return []
     how = "back to back" if interval == 0 else f"every {interval:g} s"
-    return [f"- `/metrics` scraped {how} by one more client thread during the whole run (the `metrics` row)"]
+    return [f"- `/metrics` scraped {how} from a process of its own during the whole run (the `metrics` row)"]
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[SoakConfig, Path, bool]:
