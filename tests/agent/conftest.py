@@ -58,6 +58,21 @@ def make_pod(
     }
 
 
+def serve_on_socket(add_servicer: Any, servicer: Any, socket: Path, workers: int) -> grpc.Server:
+    """A started gRPC server for one servicer on a unix socket, as the kubelet serves its APIs."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
+    add_servicer(servicer, server)
+    server.add_insecure_port(f"unix://{socket}")
+    server.start()
+    return server
+
+
+def stop_server(server: grpc.Server | None) -> None:
+    """Stop `server` at once (None: nothing to stop); returns None for the caller's field."""
+    if server is not None:
+        server.stop(grace=0).wait()
+
+
 class FakeKubelet:
     """The kubelet's side of the device-plugin contract: Registration server, plugin client."""
 
@@ -77,17 +92,13 @@ class FakeKubelet:
                     kubelet.registered.notify_all()
                 return pb.Empty()
 
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        pb_grpc.add_RegistrationServicer_to_server(Registration(), server)
-        server.add_insecure_port(f"unix://{self.plugin_dir / KUBELET_SOCKET}")
-        server.start()
-        self._server = server
+        self._server = serve_on_socket(
+            pb_grpc.add_RegistrationServicer_to_server, Registration(), self.plugin_dir / KUBELET_SOCKET, 4
+        )
 
     def stop(self) -> None:
         """Stop, and (as the kubelet does on start) remove every socket in the folder."""
-        if self._server is not None:
-            self._server.stop(grace=0).wait()
-            self._server = None
+        self._server = stop_server(self._server)
         for sock in self.plugin_dir.glob("*.sock"):
             sock.unlink()
 
@@ -192,16 +203,10 @@ class FakePodResources:
             def List(self, request: pr.ListPodResourcesRequest, context: Any) -> pr.ListPodResourcesResponse:
                 return pr.ListPodResourcesResponse(pod_resources=fake.pods)
 
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        pr_grpc.add_PodResourcesListerServicer_to_server(Lister(), server)
-        server.add_insecure_port(f"unix://{self.socket}")
-        server.start()
-        self._server = server
+        self._server = serve_on_socket(pr_grpc.add_PodResourcesListerServicer_to_server, Lister(), self.socket, 2)
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop(grace=0).wait()
-            self._server = None
+        self._server = stop_server(self._server)
 
 
 @pytest.fixture
