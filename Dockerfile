@@ -11,6 +11,7 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 # README.m[d]: pyproject.toml names README.md as the long description
 COPY pyproject.toml README.m[d] ./
+COPY gpupack/ gpupack/
 COPY scoring/ scoring/
 COPY extender/ extender/
 COPY agent/ agent/
@@ -18,7 +19,7 @@ COPY bench/ bench/
 RUN pip wheel --wheel-dir /wheels .
 
 FROM python:3.11-slim
-# The root filesystem is read-only in the cluster: numba's kernel cache and matplotlib's config go
+# The root filesystem is read-only in the cluster: numba's kernel cache goes
 # to /tmp (an emptyDir there). The kernels are compiled at build time into the seed cache, which
 # `gpupack serve` copies into the emptyDir before any kernel runs (extender/numba_cache.py).
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -26,18 +27,17 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     NUMBA_CACHE_DIR=/tmp/numba-cache \
-    GPUPACK_NUMBA_CACHE_SEED=/opt/gpupack/numba-cache \
-    MPLCONFIGDIR=/tmp/matplotlib
+    GPUPACK_NUMBA_CACHE_SEED=/opt/gpupack/numba-cache
 RUN groupadd --system --gid 10001 gpupack \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin gpupack
 COPY --from=build /wheels /wheels
-# byte-compile at build time: at run time site-packages is read-only
+# no extras: matplotlib (the `bench` extra) is not in the image; byte-compile at build time: at run time site-packages is read-only
 RUN pip install --no-compile /wheels/*.whl && rm -rf /wheels \
  && python -m compileall -q "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 # every kernel, compiled through the warm-up's real request path, into the seed cache
 RUN NUMBA_CACHE_DIR=/opt/gpupack/numba-cache python -c \
-        "from extender.settings import Settings; from extender.state import ClusterState; ClusterState(Settings()).warm_up()" \
+        "from gpupack.extender.settings import Settings; from gpupack.extender.state import ClusterState; ClusterState(Settings()).warm_up()" \
  && chmod -R a+rX /opt/gpupack
 COPY manifests/examples/cluster.yaml /usr/share/gpupack/cluster.yaml
 # numeric, so kubelet can check runAsNonRoot

@@ -14,12 +14,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agent.devices import mig_resource
-from extender.keys import RESOURCE_GPU, RESOURCE_GPU_MILLI
-from extender.pod_request import AssignmentError, assignment_from_pod, container_amounts, pod_key, pod_uid
-from scoring.facts import GpuSlot
-from scoring.geometry import canonical_profile
-from scoring.request import RequestError
+from gpupack.agent.devices import mig_resource
+from gpupack.extender.keys import RESOURCE_GPU, RESOURCE_GPU_MILLI
+from gpupack.extender.pod_request import AssignmentError, assignment_from_pod, container_amounts, pod_key, pod_uid
+from gpupack.scoring.facts import GpuSlot
+from gpupack.scoring.geometry import canonical_profile
+from gpupack.scoring.request import RequestError
 
 _DONE_PHASES = ("Running", "Succeeded", "Failed")
 

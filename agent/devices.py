@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.nvml import GpuInfo, MigInstance, Nvml
-from extender.keys import RESOURCE_GPU, RESOURCE_GPU_MILLI, RESOURCE_MIG_PREFIX
-from scoring.geometry import MAX_FIT, ME_SUFFIX, SHAPES, resource_profile
-from scoring.gpu_models import lookup_model
+from gpupack.agent.nvml import GpuInfo, MigInstance, Nvml
+from gpupack.extender.keys import RESOURCE_GPU, RESOURCE_GPU_MILLI, RESOURCE_MIG_PREFIX
+from gpupack.scoring.geometry import MAX_FIT, ME_SUFFIX, SHAPES, resource_profile
+from gpupack.scoring.gpu_models import lookup_model
 
 MILLI_PER_GPU = 1000
 

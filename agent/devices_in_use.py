@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.verification import Discrepancy
-from scoring.facts import GpuSlot
+from gpupack.agent.verification import Discrepancy
+from gpupack.scoring.facts import GpuSlot
 
 REFUSAL_TTL_S = 600.0
 

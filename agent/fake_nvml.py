@@ -15,10 +15,10 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.devices import profile_bounds
-from agent.nvml import NVLINK_REMOTE_GPU, NVLINK_REMOTE_SWITCH, GpuInfo, MigInstance, NvLink, NvmlError
-from scoring.geometry import SHAPES, resolve_profile, slice_bits
-from scoring.gpu_models import lookup_model
+from gpupack.agent.devices import profile_bounds
+from gpupack.agent.nvml import NVLINK_REMOTE_GPU, NVLINK_REMOTE_SWITCH, GpuInfo, MigInstance, NvLink, NvmlError
+from gpupack.scoring.geometry import SHAPES, resolve_profile, slice_bits
+from gpupack.scoring.gpu_models import lookup_model
 
 _FAKE_NAMESPACE = uuid.UUID("5c1f1a52-2f0e-4a4c-9d0b-677070706163")
 

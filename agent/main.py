@@ -19,20 +19,20 @@ from pathlib import Path
 
 import grpc
 
-from agent.allocator import Allocator
-from agent.devices import NodeGpus, advertised
-from agent.devices_in_use import Blocked, devices_in_use
-from agent.metrics import PODRESOURCES_ERRORS, observe
-from agent.mig_lifecycle import held_instances, reconcile, unheld
-from agent.node_publisher import NodeApi, desired_annotations, is_dynamic_mig, publish
-from agent.nvml import MigInstance, Nvml
-from agent.nvml_topology import read_topology
-from agent.plugin_manager import PluginManager
-from agent.podresources import PodResourcesSource
-from agent.pods import Pod, PodLister, live_assigned
-from agent.verification import Discrepancy, compare
-from extender.keys import ANNOTATION_DEVICES_IN_USE
-from scoring.facts import GpuSlot
+from gpupack.agent.allocator import Allocator
+from gpupack.agent.devices import NodeGpus, advertised
+from gpupack.agent.devices_in_use import Blocked, devices_in_use
+from gpupack.agent.metrics import PODRESOURCES_ERRORS, observe
+from gpupack.agent.mig_lifecycle import held_instances, reconcile, unheld
+from gpupack.agent.node_publisher import NodeApi, desired_annotations, is_dynamic_mig, publish
+from gpupack.agent.nvml import MigInstance, Nvml
+from gpupack.agent.nvml_topology import read_topology
+from gpupack.agent.plugin_manager import PluginManager
+from gpupack.agent.podresources import PodResourcesSource
+from gpupack.agent.pods import Pod, PodLister, live_assigned
+from gpupack.agent.verification import Discrepancy, compare
+from gpupack.extender.keys import ANNOTATION_DEVICES_IN_USE
+from gpupack.scoring.facts import GpuSlot
 
 log = logging.getLogger("gpupack.agent")
 METRICS_PORT_ENV, DEFAULT_METRICS_PORT = "GPUPACK_AGENT_METRICS_PORT", 9402  # 0: no metrics server
@@ -103,12 +103,12 @@ def run(args: argparse.Namespace) -> int:
     from kubernetes import client
     from prometheus_client import start_http_server
 
-    from agent.metrics import REGISTRY
-    from agent.node_publisher import KubeNodeApi
-    from agent.podresources import KubeletPodResources
-    from agent.pods import KubePods
-    from agent.real_nvml import RealNvml
-    from extender.sources.kube_api import load_kube_config
+    from gpupack.agent.metrics import REGISTRY
+    from gpupack.agent.node_publisher import KubeNodeApi
+    from gpupack.agent.podresources import KubeletPodResources
+    from gpupack.agent.pods import KubePods
+    from gpupack.agent.real_nvml import RealNvml
+    from gpupack.extender.sources.kube_api import load_kube_config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     node = args.node or os.environ.get("NODE_NAME")

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from agent.devices_in_use import Blocked
-from agent.verification import Discrepancy
+from gpupack.agent.devices_in_use import Blocked
+from gpupack.agent.verification import Discrepancy
 
 REGISTRY = CollectorRegistry()
 PODS_WITH_UNASSIGNED_DEVICES = Gauge(

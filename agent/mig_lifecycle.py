@@ -12,10 +12,10 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from agent.nvml import MigInstance, Nvml, NvmlError
-from agent.pods import live_assigned
-from scoring.facts import GpuSlot
-from scoring.geometry import canonical_profile
+from gpupack.agent.nvml import MigInstance, Nvml, NvmlError
+from gpupack.agent.pods import live_assigned
+from gpupack.scoring.facts import GpuSlot
+from gpupack.scoring.geometry import canonical_profile
 
 log = logging.getLogger(__name__)
 Held = set[tuple[int, str, int]]  # (gpu, profile, start)

@@ -12,9 +12,9 @@ import json
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from agent.devices import NodeGpus
-from agent.topology import UNKNOWN_NUMA, Topology
-from extender.keys import ANNOTATION_GPU_TOPOLOGY, ANNOTATION_MIG, ANNOTATION_MIG_LAYOUT
+from gpupack.agent.devices import NodeGpus
+from gpupack.agent.topology import UNKNOWN_NUMA, Topology
+from gpupack.extender.keys import ANNOTATION_GPU_TOPOLOGY, ANNOTATION_MIG, ANNOTATION_MIG_LAYOUT
 
 Annotations = dict[str, str | None]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from agent.nvml import NVLINK_REMOTE_GPU, NVLINK_REMOTE_SWITCH, Nvml
-from agent.topology import UNKNOWN_NUMA, Topology
+from gpupack.agent.nvml import NVLINK_REMOTE_GPU, NVLINK_REMOTE_SWITCH, Nvml
+from gpupack.agent.topology import UNKNOWN_NUMA, Topology
 
 
 def read_topology(nvml: Nvml) -> Topology:

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import grpc
 
-from agent.allocator import AllocationError, Allocator
-from agent.devices import Device
-from agent.kubelet import API_VERSION, KUBELET_SOCKET
-from agent.kubelet import deviceplugin_pb2 as pb
-from agent.kubelet import deviceplugin_pb2_grpc as pb_grpc
+from gpupack.agent.allocator import AllocationError, Allocator
+from gpupack.agent.devices import Device
+from gpupack.agent.kubelet import API_VERSION, KUBELET_SOCKET
+from gpupack.agent.kubelet import deviceplugin_pb2 as pb
+from gpupack.agent.kubelet import deviceplugin_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 HEALTHY = "Healthy"

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import grpc
 
-from agent.allocator import Allocator
-from agent.devices import Device
-from agent.kubelet import KUBELET_SOCKET
-from agent.plugin import DevicePluginService, PluginServer
+from gpupack.agent.allocator import Allocator
+from gpupack.agent.devices import Device
+from gpupack.agent.kubelet import KUBELET_SOCKET
+from gpupack.agent.plugin import DevicePluginService, PluginServer
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from typing import Protocol
 
 import grpc
 
-from agent.kubelet import PODRESOURCES_SOCKET
-from agent.kubelet import podresources_pb2 as pr
-from agent.kubelet import podresources_pb2_grpc as pr_grpc
+from gpupack.agent.kubelet import PODRESOURCES_SOCKET
+from gpupack.agent.kubelet import podresources_pb2 as pr
+from gpupack.agent.kubelet import podresources_pb2_grpc as pr_grpc
 
 
 @dataclass(frozen=True)

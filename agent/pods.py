@@ -12,9 +12,9 @@ from typing import Any, Protocol
 
 import orjson
 
-from extender.pod_request import AssignmentError, assignment_from_pod
-from scoring.facts import GpuSlot
-from scoring.request import RequestError
+from gpupack.extender.pod_request import AssignmentError, assignment_from_pod
+from gpupack.scoring.facts import GpuSlot
+from gpupack.scoring.request import RequestError
 
 Pod = Mapping[str, Any]
 

@@ -12,9 +12,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agent.nvml import GpuInfo, MigInstance, NvLink, NvmlError
-from scoring.geometry import SHAPES, resolve_profile
-from scoring.gpu_models import lookup_model
+from gpupack.agent.nvml import GpuInfo, MigInstance, NvLink, NvmlError
+from gpupack.scoring.geometry import SHAPES, resolve_profile
+from gpupack.scoring.gpu_models import lookup_model
 
 T = TypeVar("T")
 SYS_NODES = Path("/sys/devices/system/node")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agent.topology import TopologyTextError, parse_topo_matrix
+from gpupack.agent.topology import TopologyTextError, parse_topo_matrix
 
 EXIT_UNREADABLE = 2
 

@@ -16,12 +16,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agent.devices import MILLI_PER_GPU, NodeGpus
-from agent.podresources import HeldDevices
-from extender.pod_request import AssignmentError, assignment_from_pod, pod_key
-from scoring.facts import GpuSlot
-from scoring.geometry import canonical_profile
-from scoring.request import RequestError
+from gpupack.agent.devices import MILLI_PER_GPU, NodeGpus
+from gpupack.agent.podresources import HeldDevices
+from gpupack.extender.pod_request import AssignmentError, assignment_from_pod, pod_key
+from gpupack.scoring.facts import GpuSlot
+from gpupack.scoring.geometry import canonical_profile
+from gpupack.scoring.request import RequestError
 
 MILLI_MARK = "/milli-"
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.nvml_topology import read_topology
-from agent.real_nvml import RealNvml
-from agent.topology import parse_topo_matrix
+from gpupack.agent.nvml_topology import read_topology
+from gpupack.agent.real_nvml import RealNvml
+from gpupack.agent.topology import parse_topo_matrix
 
 
 def main(out_dir: Path | None) -> int:

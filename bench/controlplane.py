@@ -470,7 +470,7 @@ class ControlPlane:
         argv = [
             sys.executable,
             "-m",
-            "extender.cli",
+            "gpupack.cli",
             "serve",
             "--kubeconfig",
             str(self.kubeconfig),

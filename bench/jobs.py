@@ -10,13 +10,13 @@ import functools
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench import metrics
-from bench.load import load_nodes, load_pods
-from bench.protocol import fgd_order
-from bench.scenarios import STATIC_BALANCED, ClusterSpec, cost_cluster, mig_cluster, nvlink_cluster
-from bench.simulate import RunResult, make_policy, requested_gpus, run_once, share_to_mig
-from bench.workload import Trace, TracePod, gpu_count, gpu_milli_capacity
-from scoring.facts import MigMode, NodeFacts
+from gpupack.bench import metrics
+from gpupack.bench.load import load_nodes, load_pods
+from gpupack.bench.protocol import fgd_order
+from gpupack.bench.scenarios import STATIC_BALANCED, ClusterSpec, cost_cluster, mig_cluster, nvlink_cluster
+from gpupack.bench.simulate import RunResult, make_policy, requested_gpus, run_once, share_to_mig
+from gpupack.bench.workload import Trace, TracePod, gpu_count, gpu_milli_capacity
+from gpupack.scoring.facts import MigMode, NodeFacts
 
 NODE_LIST = "openb_node_list_gpu_node.csv"
 GRID_SAMPLE = 32  # GPUs shown in the MIG occupancy picture

@@ -16,9 +16,9 @@ import time
 def decide_times(tree: str) -> dict[str, tuple[float, float, float]]:
     """(memo hit, shape changed, cold engine) µs per decision, by "nodes policy", with `tree`'s code."""
     sys.path.insert(0, tree)
-    import bench.speed as speed
-    from scoring import policies
-    from scoring.engine import Engine
+    import gpupack.bench.speed as speed
+    from gpupack.scoring import policies
+    from gpupack.scoring.engine import Engine
 
     assert speed.__file__.startswith(tree), "imported another tree's code"
     same, alternating = [speed.POD_REQUEST], [speed.OTHER_REQUEST, speed.POD_REQUEST]

@@ -9,11 +9,11 @@ import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from bench.simulate import placed_gpus
-from bench.workload import TracePod
-from scoring.engine import Decision
-from scoring.facts import MigMode, NodeFacts, Placement
-from scoring.geometry import (
+from gpupack.bench.simulate import placed_gpus
+from gpupack.bench.workload import TracePod
+from gpupack.scoring.engine import Decision
+from gpupack.scoring.facts import MigMode, NodeFacts, Placement
+from gpupack.scoring.geometry import (
     MAX_FIT,
     PLACEMENT_SHAPE,
     PLACEMENT_START,
@@ -22,8 +22,8 @@ from scoring.geometry import (
     MigFamily,
     resolve_profile,
 )
-from scoring.inventory import FULL_MILLI, MAX_GPUS, Inventory
-from scoring.request import Kind
+from gpupack.scoring.inventory import FULL_MILLI, MAX_GPUS, Inventory
+from gpupack.scoring.request import Kind
 
 
 def pct(part: float, whole: float) -> float:

@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from bench.workload import TraceError, TracePod
-from scoring.facts import NodeFacts
+from gpupack.bench.workload import TraceError, TracePod
+from gpupack.scoring.facts import NodeFacts
 
 JSON_SUFFIXES = (".json",)
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -77,7 +77,7 @@ def _label(obj: dict[str, Any], index: int) -> str:
 
 def load_object_nodes(path: str | Path) -> list[NodeFacts]:
     """The Node objects of a YAML/JSON file as NodeFacts (via `extender.node_facts.facts_from_node`)."""
-    from extender.node_facts import facts_from_node
+    from gpupack.extender.node_facts import facts_from_node
 
     path = Path(path)
     nodes: list[NodeFacts] = []
@@ -102,7 +102,7 @@ def load_object_pods(path: str | Path) -> list[TracePod]:
     Requests come from `extender.pod_request.request_from_pod`; `qos` is the Pod's `status.qosClass`
     (empty when absent). Pods already bound (spec.nodeName set) are included like any other.
     """
-    from extender.pod_request import pod_key, request_from_pod
+    from gpupack.extender.pod_request import pod_key, request_from_pod
 
     path = Path(path)
     pods: list[TracePod] = []

@@ -11,9 +11,9 @@ import csv
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench.workload import TraceError, TracePod
-from scoring.facts import MigMode, NodeFacts
-from scoring.request import MAX_GPUS_PER_NODE, Kind, PodRequest, RequestError
+from gpupack.bench.workload import TraceError, TracePod
+from gpupack.scoring.facts import MigMode, NodeFacts
+from gpupack.scoring.request import MAX_GPUS_PER_NODE, Kind, PodRequest, RequestError
 
 __all__ = [
     "NODE_HEADER",

@@ -28,12 +28,12 @@ from pathlib import Path
 
 import orjson
 
-from bench import speed
-from bench.jobs import CostJob, Job, MigJob, NvlinkJob, OpenbJob, run_job
-from bench.markdown import update_readme
-from bench.report_text import render, seeds_text
-from bench.scenarios import cost_cluster, mig_cluster, nvlink_cluster
-from bench.sections import (
+from gpupack.bench import speed
+from gpupack.bench.jobs import CostJob, Job, MigJob, NvlinkJob, OpenbJob, run_job
+from gpupack.bench.markdown import update_readme
+from gpupack.bench.report_text import render, seeds_text
+from gpupack.bench.scenarios import cost_cluster, mig_cluster, nvlink_cluster
+from gpupack.bench.sections import (
     cost_section,
     mig_section,
     nvlink_section,
@@ -248,8 +248,8 @@ def output_folder(args: argparse.Namespace) -> Path:
 
 def run_throughput_report(args: argparse.Namespace) -> int:
     """`gpupack bench --throughput`: gpupack beside a trivial extender under the real kube-scheduler."""
-    from bench import throughput
-    from bench.controlplane import ControlPlaneError
+    from gpupack.bench import throughput
+    from gpupack.bench.controlplane import ControlPlaneError
 
     quick = throughput.ThroughputConfig(node_counts=(500,), pods=500, rounds=1)
     config = quick if args.quick else throughput.ThroughputConfig()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from bench.markdown import Table, bullet_list
-from bench.sections import Section
+from gpupack.bench.markdown import Table, bullet_list
+from gpupack.bench.sections import Section
 
 
 def seeds_text(seeds: Sequence[int]) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from extender.keys import (
+from gpupack.extender.keys import (
     ANNOTATION_GPU_TOPOLOGY,
     ANNOTATION_HOURLY_COST,
     ANNOTATION_MIG,
@@ -28,8 +28,8 @@ from extender.keys import (
     RESOURCE_GPU,
     RESOURCE_MIG_PREFIX,
 )
-from scoring.facts import MigMode, NodeFacts
-from scoring.geometry import resource_profile
+from gpupack.scoring.facts import MigMode, NodeFacts
+from gpupack.scoring.geometry import resource_profile
 
 GIB = 1 << 30
 TIB = 1 << 40

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import plots
-from bench.markdown import Table
+from gpupack.bench import plots
+from gpupack.bench.markdown import Table
 
 # Published FGD-paper figures (ATC'23): unallocated GPU % at arrived = 100 %, median of 10 seeds
 PUBLISHED_FGD: dict[str, dict[str, float]] = {

@@ -14,16 +14,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.protocol import fgd_order, read_order_file, replay_order
-from bench.workload import Trace, TracePod, gpu_count, gpu_milli_capacity
-from scoring import policies
-from scoring.engine import Decision, Engine
-from scoring.facts import MigMode, NodeFacts, Placement
-from scoring.geometry import SHAPE_COMPUTE, resolve_profile, resource_profile
-from scoring.inventory import Inventory
-from scoring.mix import typical_mix
-from scoring.policies import GpupackArgs, GpupackWeights, PolicySpec, TieBreak
-from scoring.request import Kind, PodRequest
+from gpupack.bench.protocol import fgd_order, read_order_file, replay_order
+from gpupack.bench.workload import Trace, TracePod, gpu_count, gpu_milli_capacity
+from gpupack.scoring import policies
+from gpupack.scoring.engine import Decision, Engine
+from gpupack.scoring.facts import MigMode, NodeFacts, Placement
+from gpupack.scoring.geometry import SHAPE_COMPUTE, resolve_profile, resource_profile
+from gpupack.scoring.inventory import Inventory
+from gpupack.scoring.mix import typical_mix
+from gpupack.scoring.policies import GpupackArgs, GpupackWeights, PolicySpec, TieBreak
+from gpupack.scoring.request import Kind, PodRequest
 
 CURVE_STEP_PCT = 1.0
 
@@ -205,7 +205,7 @@ def with_dynamic_mig(trace: Trace) -> Trace:
 
 
 def _dynamic(node: NodeFacts) -> NodeFacts:
-    from scoring.gpu_models import lookup_model
+    from gpupack.scoring.gpu_models import lookup_model
 
     if node.gpu_count and lookup_model(node.gpu_product).mig_family is not None:
         return NodeFacts(**{**node.__dict__, "mig_mode": MigMode.DYNAMIC, "mig_layout": {}})

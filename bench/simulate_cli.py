@@ -7,11 +7,11 @@ import sys
 
 import orjson
 
-from bench.load import load_trace
-from bench.plots import allocation_curves
-from bench.simulate import make_policy, simulate, with_dynamic_mig
-from bench.workload import TraceError
-from scoring.policies import POLICY_NAMES
+from gpupack.bench.load import load_trace
+from gpupack.bench.plots import allocation_curves
+from gpupack.bench.simulate import make_policy, simulate, with_dynamic_mig
+from gpupack.bench.workload import TraceError
+from gpupack.scoring.policies import POLICY_NAMES
 
 
 def run(args: argparse.Namespace) -> int:

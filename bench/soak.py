@@ -280,7 +280,7 @@ def rss_mib() -> float:
 
 def soak_source_class() -> type:
     """The cluster-file source, plus what a real cluster has and a file does not: pods come and go."""
-    from extender.sources import ClusterFileSource, PodDeleted, pod_key
+    from gpupack.extender.sources import ClusterFileSource, PodDeleted, pod_key
 
     class SoakCluster(ClusterFileSource):
         """`ClusterFileSource` with pod creation and deletion, announced as a watch would."""
@@ -303,10 +303,10 @@ def soak_source_class() -> type:
 
 def run(config: SoakConfig, log: Any = None) -> SoakResult:
     """Run one soak and check it; `log` (a callable) gets progress lines."""
-    from bench.speed import serving
-    from extender.app import create_app
-    from extender.settings import Settings
-    from extender.state import ClusterState
+    from gpupack.bench.speed import serving
+    from gpupack.extender.app import create_app
+    from gpupack.extender.settings import Settings
+    from gpupack.extender.state import ClusterState
 
     say = log or (lambda _line: None)
     rng = random.Random(config.seed)
@@ -509,11 +509,11 @@ def check_invariants(state: Any, source: Any, nodes: list[dict[str, Any]]) -> li
     pod holds what its assignment says, and a state rebuilt from scratch from the same objects has the
     same free capacity on every node (nothing leaked, nothing counted twice).
     """
-    from extender.node_facts import facts_from_node
-    from extender.pod_request import AssignmentError, assignment_from_pod, pod_key
-    from extender.sources import NodeUpserted, PodUpserted, Synced
-    from extender.state import ClusterState
-    from scoring.inventory import Inventory, InventoryError
+    from gpupack.extender.node_facts import facts_from_node
+    from gpupack.extender.pod_request import AssignmentError, assignment_from_pod, pod_key
+    from gpupack.extender.sources import NodeUpserted, PodUpserted, Synced
+    from gpupack.extender.state import ClusterState
+    from gpupack.scoring.inventory import Inventory, InventoryError
 
     problems: list[str] = []
     inventory = Inventory()

@@ -35,14 +35,14 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from bench.scenarios import H100, TIB, NodeSpec
-from bench.simulate import build_inventory
-from scoring import policies
-from scoring.engine import Engine
-from scoring.facts import GpuSlot, NodeFacts, Placement
-from scoring.inventory import Inventory
-from scoring.reference import reference_decide
-from scoring.request import Kind, PodRequest
+from gpupack.bench.scenarios import H100, TIB, NodeSpec
+from gpupack.bench.simulate import build_inventory
+from gpupack.scoring import policies
+from gpupack.scoring.engine import Engine
+from gpupack.scoring.facts import GpuSlot, NodeFacts, Placement
+from gpupack.scoring.inventory import Inventory
+from gpupack.scoring.reference import reference_decide
+from gpupack.scoring.request import Kind, PodRequest
 
 POD_REQUEST = PodRequest(4000, 16 << 30, Kind.WHOLE, gpus=1)
 OTHER_REQUEST = PodRequest(4001, 16 << 30, Kind.WHOLE, gpus=1)  # another shape: the memo does not apply
@@ -142,8 +142,8 @@ def serving(app: Any) -> Iterator[str]:
     """Run `app` under uvicorn (gpupack's config) in a thread on 127.0.0.1:<ephemeral>; yields its URL."""
     import uvicorn
 
-    from extender.service import uvicorn_config
-    from extender.settings import Settings
+    from gpupack.extender.service import uvicorn_config
+    from gpupack.extender.settings import Settings
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -228,7 +228,7 @@ def stop_process(child: subprocess.Popen, grace: float = 15) -> None:
 def gpupack_server(cluster_file: Path, config: Path | None = None) -> tuple[list[str], int, str]:
     """(command, port, ready path) of `gpupack serve --cluster-file [--config]`, exactly as a user runs it."""
     port = free_port()
-    command = [sys.executable, "-m", "extender.cli", "serve", "--cluster-file", str(cluster_file)]
+    command = [sys.executable, "-m", "gpupack.cli", "serve", "--cluster-file", str(cluster_file)]
     if config is not None:
         command += ["--config", str(config)]
     return [*command, "--port", str(port)], port, "/readyz"
@@ -237,15 +237,15 @@ def gpupack_server(cluster_file: Path, config: Path | None = None) -> tuple[list
 def bare_server() -> tuple[list[str], int, str]:
     """(command, port, ready path) of `bare_app` under uvicorn with gpupack's config (`python -m bench.speed`)."""
     port = free_port()
-    return [sys.executable, "-m", "bench.speed", "--bare-port", str(port)], port, "/healthz"
+    return [sys.executable, "-m", "gpupack.bench.speed", "--bare-port", str(port)], port, "/healthz"
 
 
 def serve_bare(port: int) -> None:
     """Serve `bare_app` on 127.0.0.1:`port` until interrupted."""
     import uvicorn
 
-    from extender.service import uvicorn_config
-    from extender.settings import Settings
+    from gpupack.extender.service import uvicorn_config
+    from gpupack.extender.settings import Settings
 
     uvicorn.Server(uvicorn_config(bare_app(), Settings(port=port))).run()
 
@@ -321,7 +321,7 @@ def http_latency(node_counts: Sequence[int], requests: int, warmup: int = 20) ->
     so a slow spell of this shared machine falls on all; the percentiles are over all `requests` of
     a server. Each row has its ratio to the bare handler's p50 and p99.
     """
-    from bench.scenarios import node_objects
+    from gpupack.bench.scenarios import node_objects
 
     rows: list[dict[str, object]] = []
     offset = 0

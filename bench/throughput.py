@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.controlplane import (
+from gpupack.bench.controlplane import (
     HOST,
     ControlPlane,
     Process,
@@ -162,7 +162,7 @@ class Rig:
             plane.start_gpupack()
             self.extender = plane.gpupack
             return
-        argv = [sys.executable, "-m", "bench.trivial_extender", "--kubeconfig", str(plane.kubeconfig)]
+        argv = [sys.executable, "-m", "gpupack.bench.trivial_extender", "--kubeconfig", str(plane.kubeconfig)]
         argv += ["--port", str(plane.gpupack_port)]
         self.extender = Process("trivial-extender", argv, plane.workdir / "trivial-extender.log").start()
         wait_until("the trivial extender", lambda: http_status(f"http://{HOST}:{plane.gpupack_port}/readyz") == 200, 60)

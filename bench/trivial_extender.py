@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from extender.sources.kube_api import load_kube_config
+from gpupack.extender.sources.kube_api import load_kube_config
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -132,8 +132,8 @@ def main() -> None:
     """Serve the trivial extender on 127.0.0.1 until interrupted."""
     import uvicorn
 
-    from extender.service import uvicorn_config
-    from extender.settings import Settings
+    from gpupack.extender.service import uvicorn_config
+    from gpupack.extender.settings import Settings
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kubeconfig", required=True)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from scoring.facts import NodeFacts
-from scoring.request import Kind, PodRequest
+from gpupack.scoring.facts import NodeFacts
+from gpupack.scoring.request import Kind, PodRequest
 
 MILLI_PER_GPU = 1000
 

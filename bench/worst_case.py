@@ -31,8 +31,8 @@ import httpx
 import orjson
 import yaml
 
-from bench.scenarios import node_objects
-from bench.speed import free_port, h100_nodes, pod_object, server_child
+from gpupack.bench.scenarios import node_objects
+from gpupack.bench.speed import free_port, h100_nodes, pod_object, server_child
 
 BODY_BYTES = (16 << 20) - 4096  # just under the default maxBodyBytes
 UID_BYTES = 4 << 20
@@ -138,7 +138,7 @@ def run_case(pid: int, case: str, send: Callable[[], list[tuple[int, int, float]
 def served(repo: Path, cluster_file: Path, timeout: float = 240) -> Iterator[tuple[str, int]]:
     """`python -m extender.cli serve --cluster-file` run from `repo` with its code; yields (URL, pid)."""
     port = free_port()
-    command = [sys.executable, "-m", "extender.cli", "serve", "--cluster-file", str(cluster_file), "--port", str(port)]
+    command = [sys.executable, "-m", "gpupack.cli", "serve", "--cluster-file", str(cluster_file), "--port", str(port)]
     env = {**os.environ, "PYTHONPATH": str(repo)}
     with server_child(command, port, "/readyz", timeout, cwd=repo, env=env) as child:
         yield f"http://127.0.0.1:{port}", child.pid

@@ -42,12 +42,12 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
-from extender import openapi, verbs
-from extender.inline import HeavyRequest, on_event_loop
-from extender.metrics import CONTENT_TYPE, Metrics
-from extender.settings import Settings
-from extender.state import ClusterState
-from extender.wire import ExtenderBindingResult, WireError, filter_error
+from gpupack.extender import openapi, verbs
+from gpupack.extender.inline import HeavyRequest, on_event_loop
+from gpupack.extender.metrics import CONTENT_TYPE, Metrics
+from gpupack.extender.settings import Settings
+from gpupack.extender.state import ClusterState
+from gpupack.extender.wire import ExtenderBindingResult, WireError, filter_error
 
 logger = logging.getLogger(__name__)
 JSON = "application/json"

@@ -14,11 +14,11 @@ from typing import Any
 
 import orjson
 
-from extender.pod_request import pod_key
-from extender.settings import SettingsError, load_settings
-from extender.sources import ClusterFileSource, SourceError, load_cluster_objects
-from extender.state import ClusterState, Evaluation
-from scoring.reference import reference_decide
+from gpupack.extender.pod_request import pod_key
+from gpupack.extender.settings import SettingsError, load_settings
+from gpupack.extender.sources import ClusterFileSource, SourceError, load_cluster_objects
+from gpupack.extender.state import ClusterState, Evaluation
+from gpupack.scoring.reference import reference_decide
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from scoring.request import Kind, PodRequest
+from gpupack.scoring.request import Kind, PodRequest
 
 INLINE_MIG_INSTANCES = 4  # MIG instances a decision on the event loop may place; more go to a thread
 

@@ -14,8 +14,8 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from scoring.geometry import SHAPES, MigFamily, canonical_profile, resolve_profile, slice_bits
-from scoring.request import MAX_GPUS_PER_NODE
+from gpupack.scoring.geometry import SHAPES, MigFamily, canonical_profile, resolve_profile, slice_bits
+from gpupack.scoring.request import MAX_GPUS_PER_NODE
 
 Layout = dict[int, tuple[tuple[str, int], ...]]
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from extender.keys import (
+from gpupack.extender.keys import (
     ANNOTATION_GPU_TOPOLOGY,
     ANNOTATION_HOURLY_COST,
     ANNOTATION_MIG,
@@ -41,12 +41,12 @@ from extender.keys import (
     SPOT_LABELS,
     decode_json,
 )
-from extender.mig_layout import Layout, instance_counts, parse_layout, synthesize_layout
-from extender.quantity import parse_bytes, parse_count, parse_cpu_milli
-from scoring.facts import MigMode, NodeFacts
-from scoring.geometry import canonical_profile
-from scoring.gpu_models import lookup_model
-from scoring.request import MAX_GPUS_PER_NODE
+from gpupack.extender.mig_layout import Layout, instance_counts, parse_layout, synthesize_layout
+from gpupack.extender.quantity import parse_bytes, parse_count, parse_cpu_milli
+from gpupack.scoring.facts import MigMode, NodeFacts
+from gpupack.scoring.geometry import canonical_profile
+from gpupack.scoring.gpu_models import lookup_model
+from gpupack.scoring.request import MAX_GPUS_PER_NODE
 
 DEFAULT_PODS = 110  # kubelet's default maxPods
 MAX_NVLINKS = 64  # NVLink connections between two GPUs; more is garbage

@@ -18,12 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from extender.keys import ANNOTATION_DEVICES_IN_USE, decode_json
-from extender.node_facts import NodeFactsError, node_name
-from extender.pod_request import parse_slot
-from scoring.facts import GpuSlot, Placement
-from scoring.inventory import Inventory, InventoryError
-from scoring.request import PodRequest
+from gpupack.extender.keys import ANNOTATION_DEVICES_IN_USE, decode_json
+from gpupack.extender.node_facts import NodeFactsError, node_name
+from gpupack.extender.pod_request import parse_slot
+from gpupack.scoring.facts import GpuSlot, Placement
+from gpupack.scoring.inventory import Inventory, InventoryError
+from gpupack.scoring.request import PodRequest
 
 logger = logging.getLogger(__name__)
 MAX_REASON = 500

@@ -2,7 +2,7 @@
 
 The verb routes are plain ASGI endpoints reading raw bytes (extender.app), so FastAPI alone would
 publish nothing about them: `verb_paths` describes each, its request and response bodies generated
-from extender.wire; the handlers still parse the bytes themselves. ExtenderArgs keeps the Pod as a
+from gpupack.extender.wire; the handlers still parse the bytes themselves. ExtenderArgs keeps the Pod as a
 plain dict on the wire, so its schema is replaced by `PodFields`: the part of a v1.Pod gpupack reads
 (metadata, containers' resources, node selection), everything else allowed. Nothing here is used to
 parse a request.
@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from extender.keys import RESOURCE_CPU, RESOURCE_GPU, RESOURCE_GPU_MILLI, RESOURCE_MEMORY, RESOURCE_MIG_PREFIX
-from extender.wire import (
+from gpupack.extender.keys import RESOURCE_CPU, RESOURCE_GPU, RESOURCE_GPU_MILLI, RESOURCE_MEMORY, RESOURCE_MIG_PREFIX
+from gpupack.extender.wire import (
     ExtenderArgs,
     ExtenderBindingArgs,
     ExtenderBindingResult,

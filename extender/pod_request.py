@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from extender.keys import (
+from gpupack.extender.keys import (
     ANNOTATION_ASSIGNMENT,
     ANNOTATION_INTERRUPTIBLE,
     LABEL_GPU_PRODUCT,
@@ -34,9 +34,9 @@ from extender.keys import (
     RESOURCE_MIG_PREFIX,
     decode_json,
 )
-from extender.quantity import QuantityError, parse_bytes, parse_count, parse_cpu_milli
-from scoring.facts import GpuSlot, Placement
-from scoring.geometry import (
+from gpupack.extender.quantity import QuantityError, parse_bytes, parse_count, parse_cpu_milli
+from gpupack.scoring.facts import GpuSlot, Placement
+from gpupack.scoring.geometry import (
     FAMILIES,
     ME_RESOURCE_SUFFIX,
     ME_SUFFIX,
@@ -44,7 +44,7 @@ from scoring.geometry import (
     resolve_profile,
     resource_profile,
 )
-from scoring.request import MAX_GPUS_PER_NODE, Kind, PodRequest, RequestError
+from gpupack.scoring.request import MAX_GPUS_PER_NODE, Kind, PodRequest, RequestError
 
 Amounts = dict[str, int]  # resource name -> amount (cpu in millicores, memory in bytes, else a count)
 

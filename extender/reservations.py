@@ -31,8 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from scoring.facts import Placement
-from scoring.request import PodRequest
+from gpupack.scoring.facts import Placement
+from gpupack.scoring.request import PodRequest
 
 Clock = Callable[[], float]
 

@@ -23,18 +23,18 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from extender import logs
-from extender.app import create_app
-from extender.numba_cache import seed_numba_cache
-from extender.settings import Settings, SettingsError, load_settings
-from extender.sources import (
+from gpupack.extender import logs
+from gpupack.extender.app import create_app
+from gpupack.extender.numba_cache import seed_numba_cache
+from gpupack.extender.settings import Settings, SettingsError, load_settings
+from gpupack.extender.sources import (
     ClusterFileSource,
     KubernetesSource,
     OfficialKubeApi,
     SourceError,
     load_kube_config,
 )
-from extender.state import ClusterState
+from gpupack.extender.state import ClusterState
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from scoring.policies import POLICY_NAMES, GpupackArgs, GpupackWeights, PolicySpec, baseline, gpupack
+from gpupack.scoring.policies import POLICY_NAMES, GpupackArgs, GpupackWeights, PolicySpec, baseline, gpupack
 
 _DEFAULT_ARGS = GpupackArgs()
 _CONFIG_FILE: ContextVar[Path | None] = ContextVar("gpupack_config_file", default=None)

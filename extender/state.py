@@ -51,11 +51,11 @@ from typing import Any, TypeVar
 import numpy as np
 import orjson
 
-from extender.inline import leave_the_loop_if_heavy
-from extender.keys import ANNOTATION_ASSIGNMENT
-from extender.node_facts import NodeFactsError, facts_from_node, node_is_schedulable, node_name
-from extender.node_usage import NodeUsageBook, read_node_usage
-from extender.pod_request import (
+from gpupack.extender.inline import leave_the_loop_if_heavy
+from gpupack.extender.keys import ANNOTATION_ASSIGNMENT
+from gpupack.extender.node_facts import NodeFactsError, facts_from_node, node_is_schedulable, node_name
+from gpupack.extender.node_usage import NodeUsageBook, read_node_usage
+from gpupack.extender.pod_request import (
     AssignmentError,
     UnreadableCharge,
     assignment_from_pod,
@@ -64,17 +64,17 @@ from extender.pod_request import (
     request_from_pod,
     unreadable_charge,
 )
-from extender.reservations import Clock, Reservation, ReservationBook, ReservationState
-from extender.settings import Settings
-from extender.sources.events import Event, NodeDeleted, NodeUpserted, PodDeleted, PodUpserted, Synced
-from extender.sources.kube_api import ClusterWriter
-from scoring.engine import Decision, Engine, reason_texts
-from scoring.facts import Placement
-from scoring.inventory import Inventory, InventoryError
-from scoring.names import NameArray, RowReasons
-from scoring.policies import baseline
-from scoring.request import Kind, PodRequest, RequestError
-from scoring.usage import UsageTotals
+from gpupack.extender.reservations import Clock, Reservation, ReservationBook, ReservationState
+from gpupack.extender.settings import Settings
+from gpupack.extender.sources.events import Event, NodeDeleted, NodeUpserted, PodDeleted, PodUpserted, Synced
+from gpupack.extender.sources.kube_api import ClusterWriter
+from gpupack.scoring.engine import Decision, Engine, reason_texts
+from gpupack.scoring.facts import Placement
+from gpupack.scoring.inventory import Inventory, InventoryError
+from gpupack.scoring.names import NameArray, RowReasons
+from gpupack.scoring.policies import baseline
+from gpupack.scoring.request import Kind, PodRequest, RequestError
+from gpupack.scoring.usage import UsageTotals
 
 logger = logging.getLogger(__name__)
 decision_log = logging.getLogger("gpupack.decisions")
@@ -206,7 +206,7 @@ class ClusterState:
 
     def warm_up(self) -> None:
         """Compile every kernel through the path real requests take (extender.warm_up), then be warm."""
-        from extender.warm_up import compile_kernels  # it drives the verbs, which import this module
+        from gpupack.extender.warm_up import compile_kernels  # it drives the verbs, which import this module
 
         compile_kernels(self.settings)
         self._warm = True

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import orjson
 
-from extender.settings import Settings
-from extender.sources import NodeUpserted, Synced
-from extender.state import ClusterState
-from extender.verbs import filter_body, prioritize_body
+from gpupack.extender.settings import Settings
+from gpupack.extender.sources import NodeUpserted, Synced
+from gpupack.extender.state import ClusterState
+from gpupack.extender.verbs import filter_body, prioritize_body
 
 _NODES = (
     ("warm-up-dynamic", {"gpupack.io/mig": "dynamic"}, {"nvidia.com/gpu": "8"}),

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from scoring.names import NameArray, RowReasons
+from gpupack.scoring.names import NameArray, RowReasons
 
 MAX_EXTENDER_PRIORITY = 10  # extenderv1.MaxExtenderPriority
 # Identifier lengths (#13 item 3): Kubernetes' own limits, so a body kube-scheduler sends always fits,

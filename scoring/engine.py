@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scoring import kernels as k
-from scoring.facts import GpuSlot, Placement
-from scoring.geometry import FAMILIES, resolve_profile
-from scoring.inventory import MAX_GPUS, MAX_MODELS, Inventory
-from scoring.layout import (
+from gpupack.scoring import kernels as k
+from gpupack.scoring.facts import GpuSlot, Placement
+from gpupack.scoring.geometry import FAMILIES, resolve_profile
+from gpupack.scoring.inventory import MAX_GPUS, MAX_MODELS, Inventory
+from gpupack.scoring.layout import (
     N_REQ,
     REQ_CPU,
     REQ_GPUS,
@@ -27,8 +27,8 @@ from scoring.layout import (
     SCRATCH_GPU,
     SCRATCH_UNUSABLE,
 )
-from scoring.policies import PolicySpec
-from scoring.request import Kind, PodRequest, RequestError
+from gpupack.scoring.policies import PolicySpec
+from gpupack.scoring.request import Kind, PodRequest, RequestError
 
 VERDICT_REASONS: dict[int, str] = {
     k.NOT_CANDIDATE: "not a candidate",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scoring.geometry import FAMILIES, MigFamily
+from gpupack.scoring.geometry import FAMILIES, MigFamily
 
 
 @dataclass(frozen=True)

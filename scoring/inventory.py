@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
-from scoring.geometry import (
+from gpupack.scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
+from gpupack.scoring.geometry import (
     PLACEMENT_ID,
     SHAPE_COMPUTE,
     SHAPE_SIZE,
@@ -24,9 +24,9 @@ from scoring.geometry import (
     resolve_profile,
     slice_bits,
 )
-from scoring.gpu_models import GpuModel, lookup_model
-from scoring.names import NameIndex
-from scoring.request import MAX_GPUS_PER_NODE
+from gpupack.scoring.gpu_models import GpuModel, lookup_model
+from gpupack.scoring.names import NameIndex
+from gpupack.scoring.request import MAX_GPUS_PER_NODE
 
 MAX_GPUS = MAX_GPUS_PER_NODE
 MAX_MODELS = 64

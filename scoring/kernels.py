@@ -28,7 +28,7 @@ import math
 import numpy as np
 from numba import njit
 
-from scoring.geometry import (
+from gpupack.scoring.geometry import (
     FREE_STARTS,
     MAX_FIT,
     PLACEMENT_SHAPE,
@@ -36,7 +36,7 @@ from scoring.geometry import (
     SHAPE_COMPUTE,
     SHAPE_SIZE,
 )
-from scoring.layout import (
+from gpupack.scoring.layout import (
     CACHE_FRAG,
     CACHE_FREE,
     CACHE_FREE_MASK,
@@ -162,7 +162,7 @@ from scoring.layout import (
     W_SPOT_AVOID,
     W_TOPO,
 )
-from scoring.layout import N_PARAMS as N_PARAMS  # re-exported: policies size their params with it
+from gpupack.scoring.layout import N_PARAMS as N_PARAMS  # re-exported: policies size their params with it
 
 # shape id -> placement-id mask of that shape, for static layouts
 SHAPE_PLACEMENTS = np.zeros(len(SHAPE_SIZE), dtype=np.int64)

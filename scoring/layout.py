@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-from scoring.facts import MigMode
-from scoring.request import MAX_GPUS_PER_NODE, Kind
+from gpupack.scoring.facts import MigMode
+from gpupack.scoring.request import MAX_GPUS_PER_NODE, Kind
 
 UNIT = 7000  # capacity units of one GPU
 MILLI_UNIT = 7  # units of one thousandth of a GPU

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scoring.geometry import resolve_profile
-from scoring.request import Kind, PodRequest
+from gpupack.scoring.geometry import resolve_profile
+from gpupack.scoring.request import Kind, PodRequest
 
 MAX_TYPES = 64
 

@@ -12,8 +12,8 @@ from enum import StrEnum
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from scoring import kernels as k
-from scoring.mix import LearnedMix, WorkloadMix, default_prior, empty_mix
+from gpupack.scoring import kernels as k
+from gpupack.scoring.mix import LearnedMix, WorkloadMix, default_prior, empty_mix
 
 
 class TieBreak(StrEnum):

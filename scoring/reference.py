@@ -22,14 +22,14 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from scoring import kernels as k
-from scoring.engine import Decision, RequestArrays, build_placement
-from scoring.geometry import PLACEMENT_SHAPE, PLACEMENT_START, SHAPES, MigFamily, resolve_profile, slice_bits
-from scoring.inventory import FULL_MILLI, MAX_GPUS, Inventory
-from scoring.layout import MILLI_UNIT, UNIT
-from scoring.mix import TaskType
-from scoring.policies import PolicySpec
-from scoring.request import Kind, PodRequest
+from gpupack.scoring import kernels as k
+from gpupack.scoring.engine import Decision, RequestArrays, build_placement
+from gpupack.scoring.geometry import PLACEMENT_SHAPE, PLACEMENT_START, SHAPES, MigFamily, resolve_profile, slice_bits
+from gpupack.scoring.inventory import FULL_MILLI, MAX_GPUS, Inventory
+from gpupack.scoring.layout import MILLI_UNIT, UNIT
+from gpupack.scoring.mix import TaskType
+from gpupack.scoring.policies import PolicySpec
+from gpupack.scoring.request import Kind, PodRequest
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from scoring.geometry import resource_profile
+from gpupack.scoring.geometry import resource_profile
 
 MAX_GPUS_PER_NODE = 16
 MAX_MIG_INSTANCES = 64  # 8 GPUs x 7 instances, with headroom

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from scoring.facts import MigMode
-from scoring.geometry import PLACEMENT_SHAPE, SHAPE_COMPUTE, SHAPE_SIZE
-from scoring.inventory import FULL_MILLI, MAX_GPUS, Inventory
+from gpupack.scoring.facts import MigMode
+from gpupack.scoring.geometry import PLACEMENT_SHAPE, SHAPE_COMPUTE, SHAPE_SIZE
+from gpupack.scoring.inventory import FULL_MILLI, MAX_GPUS, Inventory
 
 _POPCOUNT8 = np.array([bin(mask).count("1") for mask in range(256)], dtype=np.int64)
 _PLACEMENTS = range(len(PLACEMENT_SHAPE))

@@ -14,12 +14,12 @@ from typing import Any
 import uvicorn
 import yaml
 
-from extender.node_facts import facts_from_node
-from extender.settings import Settings
-from extender.sources import ClusterFileSource, NodeUpserted, PodUpserted, Synced
-from extender.state import ClusterState
-from scoring.facts import Placement
-from scoring.inventory import Inventory
+from gpupack.extender.node_facts import facts_from_node
+from gpupack.extender.settings import Settings
+from gpupack.extender.sources import ClusterFileSource, NodeUpserted, PodUpserted, Synced
+from gpupack.extender.state import ClusterState
+from gpupack.scoring.facts import Placement
+from gpupack.scoring.inventory import Inventory
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_CLUSTER = ROOT / "manifests" / "examples" / "cluster.yaml"
@@ -240,8 +240,8 @@ def assert_matches_rebuild(
 @contextmanager
 def live_server(state: ClusterState, settings: Settings, args: Any = None) -> Iterator[tuple[str, int]]:
     """The extender app served by uvicorn on 127.0.0.1 (a free port) in a thread; yields (host, port)."""
-    from extender.app import create_app
-    from extender.service import uvicorn_config
+    from gpupack.extender.app import create_app
+    from gpupack.extender.service import uvicorn_config
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -21,9 +21,9 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ProtocolError
 
-from extender.settings import Settings
-from extender.sources import Event, JsonObject, KubernetesSource, ObjectList, Synced, pod_key
-from extender.state import ClusterState
+from gpupack.extender.settings import Settings
+from gpupack.extender.sources import Event, JsonObject, KubernetesSource, ObjectList, Synced, pod_key
+from gpupack.extender.state import ClusterState
 from tests.extender_helpers import FakeClock, assert_matches_rebuild
 
 KINDS = ("Node", "Pod")

@@ -14,9 +14,9 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender.app import create_app
-from extender.settings import Settings
-from extender.state import UNKNOWN_NODE
+from gpupack.extender.app import create_app
+from gpupack.extender.settings import Settings
+from gpupack.extender.state import UNKNOWN_NODE
 from tests.extender_helpers import L4, file_state, node, pod, write_cluster
 
 LIMIT = 64 * 1024
@@ -194,7 +194,7 @@ def test_unexpected_errors_become_verb_answers_not_500(served, monkeypatch, capl
     monkeypatch.setattr(state, "scores_for_prioritize", boom)
     monkeypatch.setattr(state, "bind", boom)
     bind = orjson.dumps({"PodName": "p", "PodNamespace": "default", "PodUID": "u", "Node": "h"})
-    with caplog.at_level(logging.ERROR, logger="extender.app"):
+    with caplog.at_level(logging.ERROR, logger="gpupack.extender.app"):
         for _ in range(2):
             f = post(client, "filter", args(pod("z", gpus=1)))
             assert f.status_code == 200 and "internal error" in f.json()["Error"]
@@ -267,7 +267,7 @@ def test_random_bodies_never_500(served, pod_obj: Any, names: Any) -> None:
 
 
 def test_readyz_is_503_until_synced_and_warm(tmp_path: Path) -> None:
-    from extender.state import ClusterState
+    from gpupack.extender.state import ClusterState
 
     state = ClusterState(Settings())
     client = TestClient(create_app(state, Settings()))

@@ -21,12 +21,12 @@ import httpx
 import pytest
 import uvicorn
 
-from extender.app import create_app
-from extender.pod_request import assignment_from_pod
-from extender.service import uvicorn_config
-from extender.settings import Settings
-from extender.sources import ClusterFileSource
-from extender.state import ClusterState
+from gpupack.extender.app import create_app
+from gpupack.extender.pod_request import assignment_from_pod
+from gpupack.extender.service import uvicorn_config
+from gpupack.extender.settings import Settings
+from gpupack.extender.sources import ClusterFileSource
+from gpupack.extender.state import ClusterState
 from tests.extender_helpers import A100, L4, FakeClock, assert_no_overlap, file_state, node, pod, write_cluster
 
 PODS = 200

@@ -16,8 +16,8 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-from extender.app import create_app
-from extender.settings import Settings
+from gpupack.extender.app import create_app
+from gpupack.extender.settings import Settings
 from tests import wire_captures
 from tests.extender_helpers import file_state, write_cluster
 

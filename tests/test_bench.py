@@ -12,11 +12,11 @@ import orjson
 import pytest
 import yaml
 
-from bench import metrics, report
-from bench.jobs import prefix_to_arrived
-from bench.markdown import README_END, README_START, Table, update_readme
-from bench.report import run_report, tiny_config
-from bench.scenarios import (
+from gpupack.bench import metrics, report
+from gpupack.bench.jobs import prefix_to_arrived
+from gpupack.bench.markdown import README_END, README_START, Table, update_readme
+from gpupack.bench.report import run_report, tiny_config
+from gpupack.bench.scenarios import (
     BALANCED_80GB,
     BALANCED_A30,
     DGX1_LINKS,
@@ -27,13 +27,13 @@ from bench.scenarios import (
     nvlink_cluster,
     to_node_yaml,
 )
-from bench.simulate import build_inventory
-from bench.workload import TracePod
-from extender.cli import build_parser, main
-from extender.node_facts import facts_from_node
-from scoring.engine import Decision
-from scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
-from scoring.request import Kind, PodRequest
+from gpupack.bench.simulate import build_inventory
+from gpupack.bench.workload import TracePod
+from gpupack.cli import build_parser, main
+from gpupack.extender.node_facts import facts_from_node
+from gpupack.scoring.engine import Decision
+from gpupack.scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
+from gpupack.scoring.request import Kind, PodRequest
 from tests.conftest import OPENB, needs_openb
 
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -56,7 +56,7 @@ def test_node_yaml_round_trips_to_equal_facts(spec, tmp_path: Path) -> None:
     assert [facts_from_node(item) for item in items] == nodes
     path = tmp_path / "nodes.yaml"
     path.write_text(to_node_yaml(nodes))
-    from bench.load import load_nodes
+    from gpupack.bench.load import load_nodes
 
     assert load_nodes(path) == nodes  # what `gpupack simulate --nodes` reads
 

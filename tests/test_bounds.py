@@ -13,12 +13,12 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-import extender.state
-from extender import verbs
-from extender.app import create_app
-from extender.settings import Settings
-from extender.state import SEEN_LIMIT
-from extender.wire import MAX_REASON_CHARS
+from gpupack.extender import state as state_module
+from gpupack.extender import verbs
+from gpupack.extender.app import create_app
+from gpupack.extender.settings import Settings
+from gpupack.extender.state import SEEN_LIMIT
+from gpupack.extender.wire import MAX_REASON_CHARS
 from tests.extender_helpers import L4, node, pod, state_from
 
 NODES = ["a", "b", "c"]
@@ -183,7 +183,7 @@ def test_work_past_its_deadline_stops_after_parsing(state, verb) -> None:
 
 
 def test_seen_is_bounded_in_bytes(monkeypatch, state) -> None:
-    monkeypatch.setattr(extender.state, "SEEN_BYTES_LIMIT", 64 << 10)
+    monkeypatch.setattr(state_module, "SEEN_BYTES_LIMIT", 64 << 10)
     products = [f"product-{i:04d}-" + "x" * 48 for i in range(100)]  # 100 product values, each 62 chars
     for i in range(50):
         heavy = pod(f"p{i}", gpus=1)
@@ -192,6 +192,6 @@ def test_seen_is_bounded_in_bytes(monkeypatch, state) -> None:
         heavy["spec"]["affinity"] = {"nodeAffinity": affinity}
         state.scores_for_prioritize(heavy, NODES)
     assert state._seen_bytes <= 64 << 10
-    assert state._seen_bytes == sum(extender.state._seen_bytes(uid, *seen) for uid, seen in state._seen.items())
+    assert state._seen_bytes == sum(state_module._seen_bytes(uid, *seen) for uid, seen in state._seen.items())
     assert 1 <= len(state._seen) < 50 < SEEN_LIMIT
     assert "uid-default-p49" in state._seen  # the newest are kept

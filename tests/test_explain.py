@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from extender.cli import main
+from gpupack.cli import main
 from tests.extender_helpers import EXAMPLE_CLUSTER, pod
 
 

@@ -25,8 +25,8 @@ from collections import Counter
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from extender.settings import Settings
-from extender.state import NOT_SYNCED, BindError
+from gpupack.extender.settings import Settings
+from gpupack.extender.state import NOT_SYNCED, BindError
 from tests.extender_helpers import A100, L4, FakeClock, mixed_kinds_pod, node, pod
 from tests.fake_apiserver import Extender, FakeApiServer, launch
 

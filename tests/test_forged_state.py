@@ -15,9 +15,9 @@ import json
 
 import pytest
 
-from extender.sources import PodUpserted
-from extender.state import BindError, ClusterState
-from scoring.facts import GpuSlot
+from gpupack.extender.sources import PodUpserted
+from gpupack.extender.state import BindError, ClusterState
+from gpupack.scoring.facts import GpuSlot
 from tests.extender_helpers import L4, assert_matches_rebuild, assert_no_overlap, node, pod, state_from
 from tests.fake_apiserver import Extender, FakeApiServer, launch
 

@@ -22,10 +22,10 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender.app import create_app
-from extender.settings import Settings
-from extender.state import ClusterState
-from scoring.inventory import Inventory
+from gpupack.extender.app import create_app
+from gpupack.extender.settings import Settings
+from gpupack.extender.state import ClusterState
+from gpupack.scoring.inventory import Inventory
 from tests.extender_helpers import A100, L4, assert_no_overlap, inventory_by_node, node, state_from
 from tests.wire_captures import args_files, bind_files, captured_nodes, load
 

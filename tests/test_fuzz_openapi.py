@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 
-from extender.app import create_app
+from gpupack.extender.app import create_app
 from tests.test_fuzz import CONFIG, assert_consistent, warm_state
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is not installed (dev extra)")

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from scoring.geometry import (
+from gpupack.scoring.geometry import (
     FAMILIES,
     FREE_STARTS,
     MAX_FIT,
@@ -20,7 +20,7 @@ from scoring.geometry import (
     resolve_profile,
     slice_bits,
 )
-from scoring.gpu_models import lookup_model
+from gpupack.scoring.gpu_models import lookup_model
 from tests.conftest import DATA
 
 # DESIGN.md §3: profile -> (starts, memory slices, compute slices), per family

@@ -10,8 +10,8 @@ import httpx
 import orjson
 import pytest
 
-from extender.inline import INLINE_MIG_INSTANCES
-from extender.settings import Settings
+from gpupack.extender.inline import INLINE_MIG_INSTANCES
+from gpupack.extender.settings import Settings
 from tests.extender_helpers import live_server, node, pod, state_from
 
 

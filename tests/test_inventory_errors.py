@@ -9,13 +9,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from scoring import kernels as k
-from scoring.engine import Engine
-from scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
-from scoring.inventory import Inventory, InventoryError
-from scoring.policies import gpupack
-from scoring.reference import reference_decide
-from scoring.request import MAX_CPU_MILLI, MAX_MEMORY_BYTES, Kind, PodRequest, RequestError
+from gpupack.scoring import kernels as k
+from gpupack.scoring.engine import Engine
+from gpupack.scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
+from gpupack.scoring.inventory import Inventory, InventoryError
+from gpupack.scoring.policies import gpupack
+from gpupack.scoring.reference import reference_decide
+from gpupack.scoring.request import MAX_CPU_MILLI, MAX_MEMORY_BYTES, Kind, PodRequest, RequestError
 
 GIB = 1 << 30
 H100 = "NVIDIA-H100-80GB-HBM3"

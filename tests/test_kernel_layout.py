@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from scoring import inventory, kernels, layout, reference
-from scoring.facts import MigMode
-from scoring.request import Kind
+from gpupack.scoring import inventory, kernels, layout, reference
+from gpupack.scoring.facts import MigMode
+from gpupack.scoring.request import Kind
 
 
 def test_kernel_codes_equal_the_enums() -> None:

@@ -19,7 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from scoring.geometry import FAMILIES, MAX_FIT, SHAPES, slice_bits
+from gpupack.scoring.geometry import FAMILIES, MAX_FIT, SHAPES, slice_bits
 
 K8S_VERSION = "1.28"  # the kube-scheduler image is v1.28.4
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,7 +147,7 @@ def _me_profiles(family_name: str) -> set[str]:
 
 
 def _family_of(product: str):
-    from scoring.gpu_models import lookup_model
+    from gpupack.scoring.gpu_models import lookup_model
 
     return lookup_model(product).mig_family
 
@@ -463,7 +463,7 @@ def test_the_image_default_command_listens_on_loopback_only() -> None:
 
 def test_the_image_ships_its_kernels_compiled() -> None:
     """The image compiles every kernel into the seed cache `gpupack serve` copies from (#13)."""
-    from extender.numba_cache import SEED_ENV
+    from gpupack.extender.numba_cache import SEED_ENV
 
     text = (ROOT / "Dockerfile").read_text()
     seed = re.search(rf"{SEED_ENV}=(\S+)", text)
@@ -709,8 +709,8 @@ def test_cluster_assignment_matches_node_and_request(pod: dict[str, Any]) -> Non
 
 def test_cluster_nodes_load_with_the_extender() -> None:
     """The cluster file is what `gpupack serve --cluster-file` reads: every node must convert cleanly."""
-    node_facts = pytest.importorskip("extender.node_facts")
-    from scoring.facts import MigMode
+    node_facts = pytest.importorskip("gpupack.extender.node_facts")
+    from gpupack.scoring.facts import MigMode
 
     for node in _cluster_nodes():
         facts = node_facts.facts_from_node(node)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from scoring.inventory import Inventory
-from scoring.mix import LearnedMix, TaskType, default_prior
-from scoring.request import Kind, PodRequest
+from gpupack.scoring.inventory import Inventory
+from gpupack.scoring.mix import LearnedMix, TaskType, default_prior
+from gpupack.scoring.request import Kind, PodRequest
 
 ONE_GPU = PodRequest(4000, 16 << 30, Kind.WHOLE, gpus=1)
 QUARTER = PodRequest(1000, 4 << 30, Kind.SHARE, milli=250)

@@ -1,4 +1,4 @@
-"""scoring.names: candidate names read from their wire bytes, and name → reason maps written to bytes.
+"""gpupack.scoring.names: candidate names read from their wire bytes, and name → reason maps written to bytes.
 
 Each compiled loop is compared with what orjson and a dict say on random inputs.
 """
@@ -12,7 +12,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scoring.names import NOT_STRICT, NameArray, NameIndex, RowReasons, json_string_spans, pack
+from gpupack.scoring.names import NOT_STRICT, NameArray, NameIndex, RowReasons, json_string_spans, pack
 
 # node names as Kubernetes writes them, plus characters JSON must escape and non-ASCII ones
 plain_names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-.", min_size=0, max_size=30)

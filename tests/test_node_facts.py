@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from extender.mig_layout import MigLayoutError, parse_layout, synthesize_layout
-from extender.node_facts import NodeFactsError, facts_from_node, is_spot, node_is_schedulable
-from scoring.facts import MigMode
-from scoring.geometry import FAMILIES
-from scoring.inventory import Inventory
+from gpupack.extender.mig_layout import MigLayoutError, parse_layout, synthesize_layout
+from gpupack.extender.node_facts import NodeFactsError, facts_from_node, is_spot, node_is_schedulable
+from gpupack.scoring.facts import MigMode
+from gpupack.scoring.geometry import FAMILIES
+from gpupack.scoring.inventory import Inventory
 from tests.wire_captures import captured_nodes
 
 H100 = "NVIDIA-H100-80GB-HBM3"

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from extender.node_facts import NodeFactsError
-from extender.node_usage import NodeUsage, read_node_usage
-from extender.sources import NodeUpserted, PodDeleted, PodUpserted
-from scoring.facts import GpuSlot
+from gpupack.extender.node_facts import NodeFactsError
+from gpupack.extender.node_usage import NodeUsage, read_node_usage
+from gpupack.extender.sources import NodeUpserted, PodDeleted, PodUpserted
+from gpupack.scoring.facts import GpuSlot
 from tests.extender_helpers import node, pod, state_from
 
 IN_USE = "gpupack.io/devices-in-use"

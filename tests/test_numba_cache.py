@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from extender.numba_cache import SEED_ENV, seed_numba_cache
+from gpupack.extender.numba_cache import SEED_ENV, seed_numba_cache
 
 KERNEL = "from numba import njit\n\n\n@njit(cache=True)\ndef add(a, b):\n    return a + b\n"
 PROBE = "import kernel; kernel.add(1, 2); print(kernel.add.stats.cache_hits, kernel.add.stats.cache_misses)"

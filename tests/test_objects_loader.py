@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-from bench.load import load_nodes, load_pods, load_trace
-from bench.objects_loader import load_objects
-from bench.workload import TraceError
-from scoring.request import Kind
-
-HAVE_EXTENDER = all(
-    importlib.util.find_spec(name) is not None for name in ("extender.node_facts", "extender.pod_request")
-)
-needs_extender = pytest.mark.skipif(
-    not HAVE_EXTENDER, reason="extender.node_facts / extender.pod_request not written yet"
-)
+from gpupack.bench.load import load_nodes, load_pods, load_trace
+from gpupack.bench.objects_loader import load_objects
+from gpupack.bench.workload import TraceError
+from gpupack.scoring.request import Kind
 
 NODE = {
     "apiVersion": "v1",
@@ -90,7 +82,6 @@ def test_malformed_object_files(tmp_path: Path, name: str, text: str, reason: st
         load_objects(path)
 
 
-@needs_extender
 def test_nodes_and_pods_from_one_cluster_file(tmp_path: Path) -> None:
     path = tmp_path / "cluster.yaml"
     path.write_text(_yaml_docs({"kind": "List", "items": [NODE, CONFIG_MAP]}, POD))
@@ -105,7 +96,6 @@ def test_nodes_and_pods_from_one_cluster_file(tmp_path: Path) -> None:
     assert trace.gpu_milli_capacity == 8000 and trace.gpu_milli_demand == 2000
 
 
-@needs_extender
 def test_duplicate_pods_rejected(tmp_path: Path) -> None:
     path = tmp_path / "pods.json"
     path.write_text(json.dumps([POD, POD]))

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.load import load_nodes, load_pods
-from bench.openb import load_openb_nodes, load_openb_pods
-from bench.workload import Trace, TraceError, gpu_milli_demand, gpu_milli_total
-from scoring.facts import MigMode
-from scoring.request import Kind
+from gpupack.bench.load import load_nodes, load_pods
+from gpupack.bench.openb import load_openb_nodes, load_openb_pods
+from gpupack.bench.workload import Trace, TraceError, gpu_milli_demand, gpu_milli_total
+from gpupack.scoring.facts import MigMode
+from gpupack.scoring.request import Kind
 from tests.conftest import OPENB, needs_openb
 
 POD_HEADER = (

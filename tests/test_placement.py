@@ -11,13 +11,13 @@ import itertools
 import numpy as np
 import pytest
 
-from scoring import kernels as k
-from scoring.engine import Decision, Engine
-from scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
-from scoring.inventory import Inventory, InventoryError
-from scoring.policies import GpupackArgs, PolicySpec, baseline, gpupack
-from scoring.reference import reference_decide
-from scoring.request import Kind, PodRequest
+from gpupack.scoring import kernels as k
+from gpupack.scoring.engine import Decision, Engine
+from gpupack.scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
+from gpupack.scoring.inventory import Inventory, InventoryError
+from gpupack.scoring.policies import GpupackArgs, PolicySpec, baseline, gpupack
+from gpupack.scoring.reference import reference_decide
+from gpupack.scoring.request import Kind, PodRequest
 
 GIB = 1 << 30
 H100 = "NVIDIA-H100-80GB-HBM3"

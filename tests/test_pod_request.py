@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from extender.pod_request import (
+from gpupack.extender.pod_request import (
     AssignmentError,
     allowed_products,
     assignment_from_pod,
@@ -16,8 +16,8 @@ from extender.pod_request import (
     pod_uid,
     request_from_pod,
 )
-from scoring.facts import GpuSlot, Placement
-from scoring.request import Kind, RequestError
+from gpupack.scoring.facts import GpuSlot, Placement
+from gpupack.scoring.request import Kind, RequestError
 from tests.wire_captures import args_files, load
 
 GI = 2**30

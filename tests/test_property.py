@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scoring.engine import Decision, Engine
-from scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
-from scoring.geometry import (
+from gpupack.scoring.engine import Decision, Engine
+from gpupack.scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
+from gpupack.scoring.geometry import (
     FAMILIES,
     PLACEMENT_SHAPE,
     PLACEMENT_START,
@@ -29,13 +29,13 @@ from scoring.geometry import (
     resolve_profile,
     slice_bits,
 )
-from scoring.gpu_models import lookup_model
-from scoring.inventory import FULL_MILLI, MAX_GPUS, Inventory
-from scoring.mix import LearnedMix, default_prior, typical_mix
-from scoring.policies import POLICY_NAMES, GpupackArgs, GpupackWeights, PolicySpec, baseline, fgd, gpupack
-from scoring.reference import reference_decide
-from scoring.request import Kind, PodRequest
-from scoring.usage import UsageTotals
+from gpupack.scoring.gpu_models import lookup_model
+from gpupack.scoring.inventory import FULL_MILLI, MAX_GPUS, Inventory
+from gpupack.scoring.mix import LearnedMix, default_prior, typical_mix
+from gpupack.scoring.policies import POLICY_NAMES, GpupackArgs, GpupackWeights, PolicySpec, baseline, fgd, gpupack
+from gpupack.scoring.reference import reference_decide
+from gpupack.scoring.request import Kind, PodRequest
+from gpupack.scoring.usage import UsageTotals
 
 # (product, MIG modes it is generated with)
 PRODUCTS: list[tuple[str, tuple[MigMode, ...]]] = [

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.openb import load_openb_nodes, load_openb_pods
-from bench.protocol import fgd_order, read_order_file, replay_order
-from bench.workload import (
+from gpupack.bench.openb import load_openb_nodes, load_openb_pods
+from gpupack.bench.protocol import fgd_order, read_order_file, replay_order
+from gpupack.bench.workload import (
     TraceError,
     TracePod,
     gpu_milli_capacity,
@@ -16,7 +16,7 @@ from bench.workload import (
     gpu_milli_per_gpu,
     gpu_milli_total,
 )
-from scoring.request import Kind, PodRequest
+from gpupack.scoring.request import Kind, PodRequest
 from tests.conftest import OPENB, needs_openb
 
 CAPACITY = 6_212_000  # openb GPU cluster, milli-GPU

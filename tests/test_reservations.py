@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from extender.reservations import ReservationBook, ReservationState
-from scoring.facts import GpuSlot, Placement
-from scoring.request import Kind, PodRequest
+from gpupack.extender.reservations import ReservationBook, ReservationState
+from gpupack.scoring.facts import GpuSlot, Placement
+from gpupack.scoring.request import Kind, PodRequest
 from tests.extender_helpers import FakeClock
 
 REQUEST = PodRequest(1000, 1 << 30, Kind.WHOLE, gpus=1)

@@ -25,14 +25,14 @@ import pytest
 from fastapi.testclient import TestClient
 from kubernetes.client.exceptions import ApiException
 
-from bench.speed import free_port, stop_process
-from extender.app import create_app
-from extender.cli import build_parser
-from extender.logs import JsonFormatter
-from extender.service import uvicorn_config
-from extender.settings import Settings, load_settings
-from extender.sources import PodUpserted
-from extender.state import ClusterState
+from gpupack.bench.speed import free_port, stop_process
+from gpupack.cli import build_parser
+from gpupack.extender.app import create_app
+from gpupack.extender.logs import JsonFormatter
+from gpupack.extender.service import uvicorn_config
+from gpupack.extender.settings import Settings, load_settings
+from gpupack.extender.sources import PodUpserted
+from gpupack.extender.state import ClusterState
 from tests.extender_helpers import EXAMPLE_CLUSTER, L4, file_state, live_server, node, pod, write_cluster
 
 LOOPBACK_HEX = "0100007F"  # 127.0.0.1 as /proc/net/tcp spells it
@@ -68,7 +68,7 @@ def listening_addresses(port: int) -> set[str]:
 def gpupack_serve(*extra: str) -> Iterator[int]:
     """`gpupack serve --cluster-file <example>` in a child process; yields its port once it answers."""
     port = free_port()
-    command = [sys.executable, "-m", "extender.cli", "serve", "--cluster-file", str(EXAMPLE_CLUSTER)]
+    command = [sys.executable, "-m", "gpupack.cli", "serve", "--cluster-file", str(EXAMPLE_CLUSTER)]
     child = subprocess.Popen([*command, "--port", str(port), *extra], stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
@@ -320,7 +320,7 @@ def test_uvicorn_access_log_is_off() -> None:
 
 
 def test_within_leaves_the_slow_work_running() -> None:
-    from extender.app import TooSlow, within
+    from gpupack.extender.app import TooSlow, within
 
     async def scenario() -> list[str]:
         done: list[str] = []

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from extender.cli import build_parser
-from extender.service import serve
-from extender.settings import Settings, SettingsError, load_settings, snake_case
-from scoring.policies import GpupackArgs
+from gpupack.cli import build_parser
+from gpupack.extender.service import serve
+from gpupack.extender.settings import Settings, SettingsError, load_settings, snake_case
+from gpupack.scoring.policies import GpupackArgs
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench.soak import check_invariants, cluster_nodes, main, soak_source_class, split
-from extender.settings import Settings
-from extender.state import ClusterState
-from scoring.facts import GpuSlot, Placement
+from gpupack.bench.soak import check_invariants, cluster_nodes, main, soak_source_class, split
+from gpupack.extender.settings import Settings
+from gpupack.extender.state import ClusterState
+from gpupack.scoring.facts import GpuSlot, Placement
 from tests.extender_helpers import pod
 
 

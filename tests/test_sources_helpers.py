@@ -6,7 +6,7 @@ from typing import Any
 
 from kubernetes import client
 
-from extender.sources import (
+from gpupack.extender.sources import (
     Event,
     JsonObject,
     NodeDeleted,

@@ -10,11 +10,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from extender.settings import Settings
-from extender.sources import NodeDeleted, NodeUpserted, PodDeleted, PodUpserted, Synced, load_cluster_objects
-from extender.state import NOT_CHOSEN, UNKNOWN_NODE, UNSCHEDULABLE_NODE, BindError, ClusterState, normalise
-from scoring.facts import GpuSlot
-from scoring.names import NameArray
+from gpupack.extender.settings import Settings
+from gpupack.extender.sources import NodeDeleted, NodeUpserted, PodDeleted, PodUpserted, Synced, load_cluster_objects
+from gpupack.extender.state import NOT_CHOSEN, UNKNOWN_NODE, UNSCHEDULABLE_NODE, BindError, ClusterState, normalise
+from gpupack.scoring.facts import GpuSlot
+from gpupack.scoring.names import NameArray
 from tests.extender_helpers import (
     A100,
     EXAMPLE_CLUSTER,
@@ -272,7 +272,7 @@ def test_restart_rebuilds_the_same_state(tmp_path: Path) -> None:
 
 def test_node_with_unreadable_facts_is_unresolvable_and_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     bad = node("bad", L4, 1, annotations={"gpupack.io/hourly-cost": "cheap"})
-    with caplog.at_level(logging.WARNING, logger="extender.state"):
+    with caplog.at_level(logging.WARNING, logger="gpupack.extender.state"):
         state = state_from([bad, node("good", L4, 1)])
         state.apply(NodeUpserted(bad))
         state.apply(NodeUpserted(bad))

@@ -14,16 +14,16 @@ from tests.extender_helpers import ROOT
 PROBE = """
 import orjson, yaml
 from numba.core.registry import CPUDispatcher
-import scoring.kernels, scoring.names
-from extender.settings import Settings
-from extender.sources import ClusterFileSource
-from extender.state import ClusterState
-from extender.verbs import filter_body, prioritize_body
+from gpupack.scoring import kernels, names
+from gpupack.extender.settings import Settings
+from gpupack.extender.sources import ClusterFileSource
+from gpupack.extender.state import ClusterState
+from gpupack.extender.verbs import filter_body, prioritize_body
 
 def compiled():
     return {
         f"{module.__name__}.{name}": len(kernel.signatures)
-        for module in (scoring.kernels, scoring.names)
+        for module in (kernels, names)
         for name, kernel in vars(module).items()
         if isinstance(kernel, CPUDispatcher)
     }

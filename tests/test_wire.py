@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from extender import wire
-from extender.pod_request import request_from_pod
-from extender.wire import (
+from gpupack.extender import wire
+from gpupack.extender.pod_request import request_from_pod
+from gpupack.extender.wire import (
     ExtenderBindingResult,
     HostPriority,
     WireError,

@@ -4,8 +4,8 @@ Consumers apply ``NodeUpserted``/``NodeDeleted``/``PodUpserted``/``PodDeleted`` 
 ``Synced`` as "the picture equals a fresh list"; reconnects, bookmarks and relists stay in here.
 """
 
-from extender.sources.errors import SourceError
-from extender.sources.events import (
+from gpupack.extender.sources.errors import SourceError
+from gpupack.extender.sources.events import (
     Event,
     EventHandler,
     JsonObject,
@@ -17,9 +17,9 @@ from extender.sources.events import (
     pod_is_terminal,
     pod_key,
 )
-from extender.sources.file_source import ClusterFileSource, ClusterObjects, load_cluster_objects
-from extender.sources.kube_api import ClusterWriter, KubeApi, ObjectList, OfficialKubeApi, load_kube_config
-from extender.sources.kubernetes_source import Backoff, KubernetesSource
+from gpupack.extender.sources.file_source import ClusterFileSource, ClusterObjects, load_cluster_objects
+from gpupack.extender.sources.kube_api import ClusterWriter, KubeApi, ObjectList, OfficialKubeApi, load_kube_config
+from gpupack.extender.sources.kubernetes_source import Backoff, KubernetesSource
 
 __all__ = [
     "Backoff",

@@ -22,8 +22,8 @@ from typing import Any
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from extender.sources.errors import SourceError
-from extender.sources.events import (
+from gpupack.extender.sources.errors import SourceError
+from gpupack.extender.sources.events import (
     Event,
     EventHandler,
     JsonObject,

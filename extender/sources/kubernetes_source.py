@@ -26,7 +26,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from extender.sources.events import (
+from gpupack.extender.sources.events import (
     Event,
     EventHandler,
     JsonObject,
@@ -41,7 +41,7 @@ from extender.sources.events import (
     pod_key,
     resource_version,
 )
-from extender.sources.kube_api import HTTP_GONE, KubeApi, ObjectList, WatchEvent
+from gpupack.extender.sources.kube_api import HTTP_GONE, KubeApi, ObjectList, WatchEvent
 
 logger = logging.getLogger(__name__)
 

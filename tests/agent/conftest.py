@@ -15,17 +15,17 @@ import grpc
 import orjson
 import pytest
 
-from agent.allocator import Allocator
-from agent.devices import NodeGpus, advertised
-from agent.fake_nvml import FakeNvml
-from agent.kubelet import KUBELET_SOCKET
-from agent.kubelet import deviceplugin_pb2 as pb
-from agent.kubelet import deviceplugin_pb2_grpc as pb_grpc
-from agent.kubelet import podresources_pb2 as pr
-from agent.kubelet import podresources_pb2_grpc as pr_grpc
-from agent.nvml_topology import read_topology
-from agent.plugin_manager import PluginManager
-from agent.pods import MemoryPods
+from gpupack.agent.allocator import Allocator
+from gpupack.agent.devices import NodeGpus, advertised
+from gpupack.agent.fake_nvml import FakeNvml
+from gpupack.agent.kubelet import KUBELET_SOCKET
+from gpupack.agent.kubelet import deviceplugin_pb2 as pb
+from gpupack.agent.kubelet import deviceplugin_pb2_grpc as pb_grpc
+from gpupack.agent.kubelet import podresources_pb2 as pr
+from gpupack.agent.kubelet import podresources_pb2_grpc as pr_grpc
+from gpupack.agent.nvml_topology import read_topology
+from gpupack.agent.plugin_manager import PluginManager
+from gpupack.agent.pods import MemoryPods
 
 NODE = "gpu-node-1"
 

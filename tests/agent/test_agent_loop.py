@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agent.fake_nvml import FakeNvml
-from agent.main import AgentLoop
-from agent.pods import MemoryPods
+from gpupack.agent.fake_nvml import FakeNvml
+from gpupack.agent.main import AgentLoop
+from gpupack.agent.pods import MemoryPods
 from tests.agent.conftest import NODE, make_pod
 from tests.agent.test_node_publisher import FakeNodeApi
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from agent.fake_nvml import FakeNvml
-from agent.kubelet import deviceplugin_pb2 as pb
-from agent.mig_lifecycle import held_instances, reconcile
-from agent.pods import MemoryPods
+from gpupack.agent.fake_nvml import FakeNvml
+from gpupack.agent.kubelet import deviceplugin_pb2 as pb
+from gpupack.agent.mig_lifecycle import held_instances, reconcile
+from gpupack.agent.pods import MemoryPods
 from tests.agent.conftest import NODE, Agent, FakeKubelet, make_pod
 
 GPU, MILLI = "nvidia.com/gpu", "gpupack.io/gpu-milli"

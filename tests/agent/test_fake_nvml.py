@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.fake_nvml import FakeNvml, profiles_from_capture, profiles_from_geometry
-from agent.nvml import NvmlError
-from agent.nvml_topology import read_topology
-from agent.topology import parse_topo_matrix
-from extender.mig_layout import MigLayoutError, parse_layout
-from scoring.geometry import FAMILIES
+from gpupack.agent.fake_nvml import FakeNvml, profiles_from_capture, profiles_from_geometry
+from gpupack.agent.nvml import NvmlError
+from gpupack.agent.nvml_topology import read_topology
+from gpupack.agent.topology import parse_topo_matrix
+from gpupack.extender.mig_layout import MigLayoutError, parse_layout
+from gpupack.scoring.geometry import FAMILIES
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 CAPTURE = DATA / "nvml-h100x4.json"

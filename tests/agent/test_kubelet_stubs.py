@@ -1,4 +1,4 @@
-"""The committed gRPC modules are what `python -m agent.kubelet.generate` makes from the committed protos."""
+"""The committed gRPC modules are what `python -m gpupack.agent.kubelet.generate` makes from the committed protos."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.kubelet import generate
+from gpupack.agent.kubelet import generate
 
 UPSTREAM = generate.ROOT.parent / "shared" / "kube" / "proto"
 
@@ -14,7 +14,9 @@ UPSTREAM = generate.ROOT.parent / "shared" / "kube" / "proto"
 def test_committed_stubs_are_current(tmp_path: Path) -> None:
     for path in generate.generate(tmp_path):
         committed = generate.HERE / path.name
-        assert committed.read_text() == path.read_text(), f"{path.name} is stale: run python -m agent.kubelet.generate"
+        assert committed.read_text() == path.read_text(), (
+            f"{path.name} is stale: run python -m gpupack.agent.kubelet.generate"
+        )
 
 
 @pytest.mark.skipif(not UPSTREAM.is_dir(), reason="the upstream protos live in ../shared (absent in a clone)")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agent.claims import claims_for
-from scoring.facts import GpuSlot
+from gpupack.agent.claims import claims_for
+from gpupack.scoring.facts import GpuSlot
 from tests.agent.conftest import NODE, make_pod
 
 GPU, MILLI, MIG_1G = "nvidia.com/gpu", "gpupack.io/gpu-milli", "nvidia.com/mig-1g.10gb"

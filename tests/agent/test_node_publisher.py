@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agent.devices import NodeGpus
-from agent.fake_nvml import FakeNvml
-from agent.node_publisher import desired_annotations, publish
-from agent.nvml_topology import read_topology
-from extender.node_facts import facts_from_node
-from scoring.facts import MigMode
+from gpupack.agent.devices import NodeGpus
+from gpupack.agent.fake_nvml import FakeNvml
+from gpupack.agent.node_publisher import desired_annotations, publish
+from gpupack.agent.nvml_topology import read_topology
+from gpupack.extender.node_facts import facts_from_node
+from gpupack.scoring.facts import MigMode
 
 CAPTURE = Path(__file__).resolve().parents[1] / "data" / "nvml-h100x4.json"
 

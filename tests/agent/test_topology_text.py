@@ -10,9 +10,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from agent.topology import Topology, TopologyTextError, parse_topo_matrix
-from extender.cli import main
-from extender.node_facts import parse_topology
+from gpupack.agent.topology import Topology, TopologyTextError, parse_topo_matrix
+from gpupack.cli import main
+from gpupack.extender.node_facts import parse_topology
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 NVSWITCH4 = [[0, 18, 18, 18], [18, 0, 18, 18], [18, 18, 0, 18], [18, 18, 18, 0]]
@@ -82,7 +82,7 @@ def test_cli_missing_file_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: 
 def test_console_script_reads_raw_bytes_from_a_pipe() -> None:
     raw = (DATA / "h200x4-topo-m.txt").read_bytes()
     done = subprocess.run(
-        [sys.executable, "-m", "extender.cli", "topology"], input=raw, capture_output=True, check=False
+        [sys.executable, "-m", "gpupack.cli", "topology"], input=raw, capture_output=True, check=False
     )
     assert done.returncode == 0, done.stderr
     assert orjson.loads(done.stdout)["nvlink"] == NVSWITCH4

@@ -13,8 +13,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench.controlplane import node_body, pod_body
-from scoring.geometry import FAMILIES, SHAPES, resolve_profile, resource_profile
+from gpupack.bench.controlplane import node_body, pod_body
+from gpupack.scoring.geometry import FAMILIES, SHAPES, resolve_profile, resource_profile
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 A100 = "NVIDIA-A100-SXM4-80GB"

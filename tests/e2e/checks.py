@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scoring.geometry import SHAPES, MigFamily, canonical_profile, resolve_profile, slice_bits
-from scoring.gpu_models import lookup_model
+from gpupack.scoring.geometry import SHAPES, MigFamily, canonical_profile, resolve_profile, slice_bits
+from gpupack.scoring.gpu_models import lookup_model
 
 ASSIGNMENT = "gpupack.io/assignment"
 PRODUCT_LABEL = "nvidia.com/gpu.product"

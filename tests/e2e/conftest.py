@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.controlplane import ControlPlane, MissingBinary
+from gpupack.bench.controlplane import ControlPlane, MissingBinary
 from tests.e2e.cluster import E2ECluster
 
 LOG_TAIL = 40  # lines of each log printed when a test fails

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scoring.engine import VERDICT_REASONS
+from gpupack.scoring.engine import VERDICT_REASONS
 
 # kube-scheduler's FitError starts so, then counts each reason: "0/14 nodes are available: 1 not enough ..."
 FIT_ERROR = "nodes are available"

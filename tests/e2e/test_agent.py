@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
-from agent.devices import NodeGpus, advertised
-from agent.fake_nvml import FakeNvml
-from agent.main import AgentLoop
-from agent.node_publisher import KubeNodeApi, desired_annotations
-from agent.nvml_topology import read_topology
-from agent.pods import KubePods
-from bench.controlplane import node_body, pod_body, wait_until
-from extender.keys import ANNOTATION_MIG
-from extender.pod_request import assignment_from_pod
-from scoring.facts import GpuSlot
+from gpupack.agent.devices import NodeGpus, advertised
+from gpupack.agent.fake_nvml import FakeNvml
+from gpupack.agent.main import AgentLoop
+from gpupack.agent.node_publisher import KubeNodeApi, desired_annotations
+from gpupack.agent.nvml_topology import read_topology
+from gpupack.agent.pods import KubePods
+from gpupack.bench.controlplane import node_body, pod_body, wait_until
+from gpupack.extender.keys import ANNOTATION_MIG
+from gpupack.extender.pod_request import assignment_from_pod
+from gpupack.scoring.facts import GpuSlot
 from tests.agent.conftest import FakeKubelet
 from tests.e2e.cluster import E2ECluster
 

@@ -8,7 +8,12 @@ from typing import Any
 
 import yaml
 
-from bench.controlplane import E2E_REWRITES, e2e_scheduler_config, shipped_scheduler_config, write_scheduler_config
+from gpupack.bench.controlplane import (
+    E2E_REWRITES,
+    e2e_scheduler_config,
+    shipped_scheduler_config,
+    write_scheduler_config,
+)
 
 
 def _without_rewritten_fields(config: dict[str, Any]) -> dict[str, Any]:

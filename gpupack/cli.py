@@ -88,26 +88,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `gpupack` console script."""
     args = build_parser().parse_args(argv)
     if args.command == "serve":
-        from extender.service import serve
+        from gpupack.extender.service import serve
 
         return serve(args)
     if args.command == "simulate":
-        from bench.simulate_cli import run
+        from gpupack.bench.simulate_cli import run
 
         return run(args)
     if args.command == "bench":
-        from bench.report import run as run_bench
+        from gpupack.bench.report import run as run_bench
 
         return run_bench(args)
     if args.command == "topology":
-        from agent.topology_cli import run as run_topology
+        from gpupack.agent.topology_cli import run as run_topology
 
         return run_topology(args)
     if args.command == "agent":
-        from agent.main import run as run_agent
+        from gpupack.agent.main import run as run_agent
 
         return run_agent(args)
-    from extender.explain import run as run_explain
+    from gpupack.extender.explain import run as run_explain
 
     return run_explain(args)
 

@@ -1,0 +1,65 @@
+"""The distribution installs one package, `gpupack`, and the service runs without the `bench` extra."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Refuses matplotlib and the simulator the way a venv without the `bench` extra would, then starts the
+# service's whole import graph and answers one filter through the app.
+WITHOUT_BENCH = """
+import argparse, importlib.abc, sys
+
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "matplotlib" or name.startswith("gpupack.bench"):
+            raise ImportError(f"{name} is not installed without the bench extra")
+        return None
+
+sys.meta_path.insert(0, Refuse())
+from fastapi.testclient import TestClient
+from gpupack.extender.app import create_app
+from gpupack.extender.service import build_source
+from gpupack.extender.settings import Settings
+from gpupack.extender.state import ClusterState
+import gpupack.cli, gpupack.agent.main
+
+settings = Settings()
+state = ClusterState(settings)
+source = build_source(argparse.Namespace(cluster_file="manifests/examples/cluster.yaml"), state, settings)
+source.start()
+state.warm_up()
+client = TestClient(create_app(state, settings))
+assert client.get("/readyz").status_code == 200, client.get("/readyz").text
+print(sorted(name for name in sys.modules if name.startswith("gpupack")))
+"""
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_only_the_gpupack_package(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("gpupack-*.whl")
+    top_level = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+    assert {name for name in top_level if not name.endswith(".dist-info")} == {"gpupack"}
+    names = zipfile.ZipFile(wheel).namelist()
+    for package in ("extender", "scoring", "agent", "bench"):
+        assert f"gpupack/{package}/__init__.py" in names
+    assert "gpupack/agent/kubelet/deviceplugin_pb2.py" in names
+
+
+def test_the_service_imports_neither_matplotlib_nor_the_simulator() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_BENCH], cwd=ROOT, capture_output=True, text=True, check=False, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "gpupack.extender.state" in done.stdout
