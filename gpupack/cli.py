@@ -1,4 +1,4 @@
-"""`gpupack` command line (DESIGN.md §6): serve, simulate, bench, explain, topology, agent."""
+"""`gpupack` command line (DESIGN.md §6): serve, simulate, bench, explain, topology, agent, report."""
 
 from __future__ import annotations
 
@@ -77,6 +77,26 @@ def build_parser() -> argparse.ArgumentParser:
     topology = sub.add_parser("topology", help="print gpupack.io/gpu-topology from `nvidia-smi topo -m` text")
     topology.add_argument("file", nargs="?", help="the text (default: standard input)")
 
+    report = sub.add_parser("report", help="cost and waste now: GPU pools, split cost, nodes that could be emptied")
+    report_source = report.add_mutually_exclusive_group()
+    report_source.add_argument("--cluster-file", help="YAML/JSON list of Node and Pod objects")
+    report_source.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster config)")
+    report_source.add_argument(
+        "--from-simulation", nargs=2, metavar=("NODES", "PODS"), help="simulate these files, report the end state"
+    )
+    report.add_argument("--policy", default="gpupack", help="--from-simulation: policy (default gpupack)")
+    report.add_argument("--seed", type=int, default=42, help="--from-simulation: shuffle seed (default 42)")
+    report.add_argument("--load", type=float, default=1.0, help="--from-simulation: GPU demand / capacity (1.0)")
+    report.add_argument("--save-cluster", help="--from-simulation: write the end state as a cluster file")
+    report.add_argument("--config", help="policy config YAML (prices by instance type), or its ConfigMap")
+    report.add_argument("--by", action="append", default=[], help="also split cost by this pod label (repeat)")
+    report.add_argument("--hours", type=float, default=1.0, help="window of the GPU-hours and cost (default 1)")
+    report.add_argument("--prometheus", help="Prometheus URL: DCGM utilisation of the allocated GPUs")
+    report.add_argument("--window", default="1h", help="--prometheus: utilisation window (default 1h)")
+    report.add_argument("--idle-below", type=float, default=10.0, help="--prometheus: idle under this %% (10)")
+    report.add_argument("--json", action="store_true", help="print one JSON object")
+    report.add_argument("--html", help="also write a self-contained HTML page with plots to this file")
+
     agent = sub.add_parser("agent", help="run the node agent: node facts and device plugins (DaemonSet)")
     agent.add_argument("--node", help="this node's name (default: $NODE_NAME)")
     agent.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster config)")
@@ -103,6 +123,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpupack.agent.topology_cli import run as run_topology
 
         return run_topology(args)
+    if args.command == "report":
+        from gpupack.report.cli import run as run_report
+
+        return run_report(args)
     if args.command == "agent":
         from gpupack.agent.main import run as run_agent
 
