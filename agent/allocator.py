@@ -20,13 +20,14 @@ from gpupack.agent.metrics import MIG_CREATE_REFUSALS
 from gpupack.agent.mig_lifecycle import MigCreateError, ensure_instance
 from gpupack.agent.nvml import MigInstance, Nvml
 from gpupack.agent.pods import PodLister
+from gpupack.errors import GpupackError
 from gpupack.extender.keys import RESOURCE_GPU_MILLI
 from gpupack.scoring.facts import GpuSlot
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"  # what NVIDIA's container toolkit reads (GPU or MIG UUIDs)
 
 
-class AllocationError(RuntimeError):
+class AllocationError(GpupackError, RuntimeError):
     """A container whose devices cannot be matched to an assignment; the message names the pod(s)."""
 
 

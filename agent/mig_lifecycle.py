@@ -14,6 +14,7 @@ from typing import Any
 
 from gpupack.agent.nvml import MigInstance, Nvml, NvmlError
 from gpupack.agent.pods import live_assigned
+from gpupack.errors import GpupackError
 from gpupack.scoring.facts import GpuSlot
 from gpupack.scoring.geometry import canonical_profile
 
@@ -21,7 +22,7 @@ log = logging.getLogger(__name__)
 Held = set[tuple[int, str, int]]  # (gpu, profile, start)
 
 
-class MigCreateError(RuntimeError):
+class MigCreateError(GpupackError, RuntimeError):
     """NVML refused to create an assigned instance; the message names the slot and NVML's reason."""
 
 

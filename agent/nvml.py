@@ -10,11 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from gpupack.errors import GpupackError
+
 NVLINK_REMOTE_GPU = 0  # NVML_NVLINK_DEVICE_TYPE_GPU
 NVLINK_REMOTE_SWITCH = 2  # NVML_NVLINK_DEVICE_TYPE_SWITCH: the peer GPU cannot be read from the link
 
 
-class NvmlError(RuntimeError):
+class NvmlError(GpupackError, RuntimeError):
     """An NVML call failed or refused; the message carries NVML's reason (e.g. "Insufficient Resources")."""
 
 

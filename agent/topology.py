@@ -13,6 +13,8 @@ import json
 import re
 from dataclasses import dataclass
 
+from gpupack.errors import GpupackError
+
 UNKNOWN_NUMA = -1  # DESIGN §6: a GPU whose NUMA affinity is N/A
 
 _ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -21,7 +23,7 @@ _NVLINK = re.compile(r"NV([0-9]+)")
 _NUMA_COLUMN = "NUMA Affinity"
 
 
-class TopologyTextError(ValueError):
+class TopologyTextError(GpupackError, ValueError):
     """`nvidia-smi topo -m` text that cannot be read; the message says why."""
 
 

@@ -39,6 +39,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
+from gpupack.errors import GpupackError
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCHEDULER_MANIFEST = REPO_ROOT / "manifests" / "scheduler-config.yaml"
 KUBE_CACHE = REPO_ROOT / ".cache" / "kube"
@@ -53,7 +55,7 @@ GET_BINARIES = (
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
 
-class ControlPlaneError(RuntimeError):
+class ControlPlaneError(GpupackError, RuntimeError):
     """The control plane could not be set up or did not answer in time."""
 
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from gpupack.errors import GpupackError
 from gpupack.scoring.facts import NodeFacts
 from gpupack.scoring.request import Kind, PodRequest
 
 MILLI_PER_GPU = 1000
 
 
-class TraceError(ValueError):
+class TraceError(GpupackError, ValueError):
     """A trace or order file that cannot be loaded; the message names the file, the line and the reason."""
 
 

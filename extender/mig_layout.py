@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gpupack.errors import GpupackError
 from gpupack.scoring.geometry import SHAPES, MigFamily, canonical_profile, resolve_profile, slice_bits
 from gpupack.scoring.request import MAX_GPUS_PER_NODE
 
@@ -23,7 +24,7 @@ _INSTANCE = re.compile(r"(?P<profile>[^@\s]+)@(?P<start>[0-9])")
 _GPU_INDEX = re.compile(r"0|[1-9][0-9]?")
 
 
-class MigLayoutError(ValueError):
+class MigLayoutError(GpupackError, ValueError):
     """A MIG layout that does not fit the GPU family's geometry or is not well formed."""
 
 

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from gpupack.errors import GpupackError
 from gpupack.extender.keys import (
     ANNOTATION_GPU_TOPOLOGY,
     ANNOTATION_HOURLY_COST,
@@ -56,7 +57,7 @@ _WHOLE_NUMBER = re.compile(r"[0-9]{1,9}")
 _PRICE = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
-class NodeFactsError(ValueError):
+class NodeFactsError(GpupackError, ValueError):
     """A node whose labels, annotations or resources gpupack cannot read; names node and key."""
 
     def __init__(self, node: str, key: str, reason: str) -> None:

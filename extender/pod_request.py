@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpupack.errors import GpupackError
 from gpupack.extender.keys import (
     ANNOTATION_ASSIGNMENT,
     ANNOTATION_INTERRUPTIBLE,
@@ -51,7 +52,7 @@ Amounts = dict[str, int]  # resource name -> amount (cpu in millicores, memory i
 _SLOT_KEYS = ({"index"}, {"index", "milli"}, {"index", "mig", "start"})
 
 
-class AssignmentError(ValueError):
+class AssignmentError(GpupackError, ValueError):
     """A `gpupack.io/assignment` annotation that is malformed or does not match the pod's request."""
 
 

@@ -14,6 +14,8 @@ import re
 from fractions import Fraction
 from functools import lru_cache
 
+from gpupack.errors import GpupackError
+
 MAX_VALUE = 2**63 - 1  # int64, the largest value Quantity.Value() / MilliValue() can return
 MAX_LENGTH = 64  # longer strings are garbage, not quantities
 MAX_EXPONENT = 30  # |e| beyond this is absurd for any resource (and keeps the arithmetic small)
@@ -26,7 +28,7 @@ _DECIMAL_SUFFIX = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T"
 _BINARY_SUFFIX = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
 
 
-class QuantityError(ValueError):
+class QuantityError(GpupackError, ValueError):
     """A resource quantity gpupack cannot use; `value` is the offending input."""
 
     def __init__(self, value: object, reason: str) -> None:

@@ -20,13 +20,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from gpupack.errors import GpupackError
 from gpupack.scoring.policies import POLICY_NAMES, GpupackArgs, GpupackWeights, PolicySpec, baseline, gpupack
 
 _DEFAULT_ARGS = GpupackArgs()
 _CONFIG_FILE: ContextVar[Path | None] = ContextVar("gpupack_config_file", default=None)
 
 
-class SettingsError(ValueError):
+class SettingsError(GpupackError, ValueError):
     """Configuration that cannot be used; the message names the file or variable and the key."""
 
 

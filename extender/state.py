@@ -46,11 +46,13 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, TypeVar
 
 import numpy as np
 import orjson
 
+from gpupack.errors import GpupackError
 from gpupack.extender.inline import leave_the_loop_if_heavy
 from gpupack.extender.keys import ANNOTATION_ASSIGNMENT
 from gpupack.extender.node_facts import NodeFactsError, facts_from_node, node_is_schedulable, node_name
@@ -93,13 +95,39 @@ def _verdicts(chosen: str | None, failed: Mapping[str, str], unresolvable: dict[
     return chosen, failed, unresolvable
 
 
-class BindError(Exception):
+class BindFailure(StrEnum):
+    """Why a bind was refused: the `reason` label of gpupack_bind_failures."""
+
+    NAME_MISMATCH = "name-mismatch"  # the uid's reservation belongs to a pod of another name
+    IN_PROGRESS = "in-progress"  # a bind of the same pod is being written
+    ALREADY_BOUND = "already-bound"
+    NOT_SYNCED = "not-synced"  # before the source's first complete list
+    NO_RESERVATION = "no-reservation"  # never filtered here, or gone
+    NODE_UNKNOWN = "node-unknown"  # not in the inventory, or unusable
+    NO_FIT = "no-fit"  # re-decided at bind and no longer fits
+    NO_WRITER = "no-writer"  # no cluster connection
+    BINDING = "binding"  # the API server refused or failed the Binding
+
+
+class BindError(GpupackError):
     """A bind that cannot be done; `reason` is returned to kube-scheduler, `kind` labels the metric."""
 
-    def __init__(self, kind: str, reason: str) -> None:
+    def __init__(self, kind: BindFailure, reason: str) -> None:
         super().__init__(reason)
         self.kind = kind
         self.reason = reason
+
+
+class PlacedBy(StrEnum):
+    """How a bound pod's capacity was chosen (the rules of the module docstring)."""
+
+    NOTHING = ""  # it holds nothing (yet)
+    ASSIGNMENT = "assignment"  # rule 1: its own valid gpupack.io/assignment
+    CPU = "cpu"  # rule 1: a CPU-only pod's CPU, memory and pod slot
+    RESERVATION = "reservation"  # confirmed: the filter decision it was bound with
+    DEVICES_IN_USE = "devices-in-use"  # rule 2: what gpupack agent saw it hold
+    FIRST_FIT = "first-fit"  # rule 2: chosen first-fit on its node
+    UNREADABLE = "unreadable"  # rule 2: all it can be using there (UnreadableCharge)
 
 
 @dataclass
@@ -113,7 +141,7 @@ class PodRecord:
     annotation: str | None  # raw gpupack.io/assignment
     claimed: Placement | None  # the annotation's placement when valid for this pod and node
     placement: Placement | None = None
-    how: str = ""  # assignment | cpu | first-fit | reservation | unreadable
+    how: PlacedBy = PlacedBy.NOTHING
     unreadable: UnreadableCharge | None = None  # set when the request cannot be read (then `request` is empty)
 
 
@@ -185,7 +213,7 @@ class ClusterState:
         self._synced = False
         self._warm = False
         self.decisions: Counter[tuple[str, str]] = Counter()
-        self.bind_failures: Counter[str] = Counter()
+        self.bind_failures: Counter[BindFailure] = Counter()
         self._reason_texts = reason_texts(NOT_CHOSEN)
 
     # ================================================================== readiness
@@ -295,7 +323,7 @@ class ClusterState:
         for uid in self._by_node.get(name, ()):
             record = self._pods[uid]
             record.placement = None
-            record.how = ""
+            record.how = PlacedBy.NOTHING
             self._unplaced.discard(uid)
 
     def _attach(self, name: str, held: Sequence[Reservation]) -> None:
@@ -341,7 +369,7 @@ class ClusterState:
         if reservation is not None:
             if reservation.node == node and record.claimed == reservation.placement:
                 self.book.confirm(uid)
-                record.placement, record.how = reservation.placement, "reservation"
+                record.placement, record.how = reservation.placement, PlacedBy.RESERVATION
                 return
             self._release(self.book.forget(uid, "bound otherwise"))
         self._take(record)
@@ -430,18 +458,18 @@ class ClusterState:
         if record.node not in self.inventory.index:
             return False
         if record.claimed is not None:
-            exact, how = record.claimed, "assignment"
+            exact, how = record.claimed, PlacedBy.ASSIGNMENT
         elif record.request.kind == Kind.NONE and record.unreadable is None:
             exact, how = (
                 Placement(record.node, (), record.request.cpu_milli, record.request.memory_bytes),
-                "cpu",
+                PlacedBy.CPU,
             )
         else:
             return False
         try:
             self.inventory.commit(exact)
         except InventoryError as exc:
-            if how == "assignment":
+            if how == PlacedBy.ASSIGNMENT:
                 logger.warning("pod %s: %s claims capacity in use (%s)", record.key, ANNOTATION_ASSIGNMENT, exc)
             self._mark_unplaced(record, str(exc))
             return False
@@ -458,15 +486,15 @@ class ClusterState:
             self._unplaced.add(record.uid)
             return
         if record.unreadable is not None:
-            placement, how = self._unreadable_placement(record.node, record.unreadable), "unreadable"
+            placement, how = self._unreadable_placement(record.node, record.unreadable), PlacedBy.UNREADABLE
         elif record.request.kind == Kind.NONE:
             self._take_exact(record)
             return
         elif (observed := self.node_usage.observed(record.node, record.key, record.request)) is not None:
-            placement, how = observed, "devices-in-use"  # what gpupack agent saw it hold, not a guess
+            placement, how = observed, PlacedBy.DEVICES_IN_USE  # what gpupack agent saw it hold, not a guess
         else:
             request = dataclasses.replace(record.request, allowed_products=None)
-            placement, how = self.first_fit.decide(request, [record.node]).placement, "first-fit"
+            placement, how = self.first_fit.decide(request, [record.node]).placement, PlacedBy.FIRST_FIT
         if placement is None:
             self._mark_unplaced(record, "no free capacity fits it")
             return
@@ -713,27 +741,28 @@ class ClusterState:
     def _reservation_for_bind(self, ident: str, key: str, node: str) -> Reservation:
         reservation = self.book.get(ident)
         if reservation is not None and reservation.key != key:
-            raise BindError("name-mismatch", f"uid of pod {key} holds a reservation for pod {reservation.key}")
+            why = f"uid of pod {key} holds a reservation for pod {reservation.key}"
+            raise BindError(BindFailure.NAME_MISMATCH, why)
         if reservation is not None and reservation.state == ReservationState.BINDING:
-            raise BindError("in-progress", f"a bind of pod {key} is already in progress")
+            raise BindError(BindFailure.IN_PROGRESS, f"a bind of pod {key} is already in progress")
         if reservation is not None and reservation.node == node:
             return reservation
         if reservation is not None:
             self._release(self.book.forget(ident, "node changed"))
         if ident in self._pods:
-            raise BindError("already-bound", f"pod {key} is already bound to {self._pods[ident].node}")
+            raise BindError(BindFailure.ALREADY_BOUND, f"pod {key} is already bound to {self._pods[ident].node}")
         if not self._synced:
-            raise BindError("not-synced", NOT_SYNCED)
+            raise BindError(BindFailure.NOT_SYNCED, NOT_SYNCED)
         seen = self._seen.get(ident) or self._pending.get(ident)
         if seen is None:
-            raise BindError("no-reservation", f"pod {key} has no reservation (never filtered here, or gone)")
+            raise BindError(BindFailure.NO_RESERVATION, f"pod {key} has no reservation (never filtered here, or gone)")
         if node in self._bad or node not in self.inventory.index:
-            raise BindError("node-unknown", f"node {node}: {self._bad.get(node, UNKNOWN_NODE)}")
+            raise BindError(BindFailure.NODE_UNKNOWN, f"node {node}: {self._bad.get(node, UNKNOWN_NODE)}")
         request = seen[1]
         decision = self.engine.decide(request, [node])
         if decision.placement is None:
             why = decision.reasons().get(node, "does not fit")
-            raise BindError("no-fit", f"pod {key} no longer fits on {node}: {why}")
+            raise BindError(BindFailure.NO_FIT, f"pod {key} no longer fits on {node}: {why}")
         self.inventory.commit(decision.placement)
         return self.book.assume(ident, key, decision.placement, request)
 
@@ -744,12 +773,12 @@ class ClusterState:
         key = f"{namespace}/{name}"
         try:
             if writer is None:
-                raise BindError("no-writer", "gpupack has no cluster connection to bind with")
+                raise BindError(BindFailure.NO_WRITER, "gpupack has no cluster connection to bind with")
             value = orjson.dumps(placement.to_assignment()).decode()
             try:
                 writer.create_binding(namespace, name, uid, node, {ANNOTATION_ASSIGNMENT: value})
             except Exception as exc:
-                raise BindError("binding", f"cannot bind pod {key} to {node}: {api_reason(exc)}") from None
+                raise BindError(BindFailure.BINDING, f"cannot bind pod {key} to {node}: {api_reason(exc)}") from None
         except BindError:
             with self.lock:
                 reservation = self.book.get(ident)

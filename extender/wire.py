@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
+from gpupack.errors import GpupackError
 from gpupack.scoring.names import NameArray, RowReasons
 
 MAX_EXTENDER_PRIORITY = 10  # extenderv1.MaxExtenderPriority
@@ -31,7 +32,7 @@ DEFAULT_MAX_CANDIDATES = 20_000  # Settings.max_candidates
 _M = TypeVar("_M", bound=BaseModel)
 
 
-class WireError(ValueError):
+class WireError(GpupackError, ValueError):
     """A request body that is not what kube-scheduler sends; the reason is safe to return as HTTP 400."""
 
 

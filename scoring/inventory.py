@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpupack.errors import GpupackError
 from gpupack.scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
 from gpupack.scoring.geometry import (
     PLACEMENT_ID,
@@ -35,7 +36,7 @@ FULL_MILLI = 1000
 FREE_MODEL = GpuModel("", 0, None)  # what a free model id (and NO_MODEL) stands for
 
 
-class InventoryError(ValueError):
+class InventoryError(GpupackError, ValueError):
     """Facts or placements that would make the inventory inconsistent; the inventory is unchanged."""
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from gpupack.errors import GpupackError
 from gpupack.scoring.facts import MigMode
 from gpupack.scoring.request import MAX_GPUS_PER_NODE, Kind
 
@@ -83,7 +84,7 @@ LOCAL_ROWS = 6
 OUT_SCORE, OUT_VERDICT, OUT_GPU, OUT_START, OUT_SHAPE = range(5)
 
 
-class LayoutError(RuntimeError):
+class LayoutError(GpupackError, RuntimeError):
     """The kernels' integer codes disagree with the enums they stand for."""
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+from gpupack.errors import GpupackError
 from gpupack.scoring.geometry import resource_profile
 
 MAX_GPUS_PER_NODE = 16
@@ -13,7 +14,7 @@ MAX_CPU_MILLI = 10**9  # a million cores
 MAX_MEMORY_BYTES = 1 << 60
 
 
-class RequestError(ValueError):
+class RequestError(GpupackError, ValueError):
     """A pod request that gpupack cannot place anywhere, whatever the cluster looks like."""
 
 

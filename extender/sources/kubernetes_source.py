@@ -26,6 +26,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from gpupack.errors import GpupackError
 from gpupack.extender.sources.events import (
     Event,
     EventHandler,
@@ -113,7 +114,7 @@ class _Resync(Exception):
     """The consumer raised while handling an event: relist to give it the whole picture again."""
 
 
-class WatchError(RuntimeError):
+class WatchError(GpupackError, RuntimeError):
     """The server ended a watch with an ERROR event other than 410."""
 
 
