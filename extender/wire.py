@@ -11,6 +11,7 @@ candidate Node objects. The filter answer uses the same form the request did.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -299,10 +300,32 @@ def _parse(body: bytes, model: type[_M]) -> _M:
 
 
 def _validate(data: dict[str, Any], model: type[_M]) -> _M:
+    _check_key_case(data, model)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         raise WireError(_describe(exc)) from None
+
+
+def _check_key_case(data: dict[str, Any], model: type[BaseModel]) -> None:
+    """WireError for a key that is one of the model's wire keys in another spelling (`nodenames`,
+    `pod`, `node_names`). The keys are case-sensitive here (DESIGN.md §5 names them); without this
+    the error would be about the key found missing instead of the one misspelt."""
+    by_folded = _wire_keys(model)
+    wrong = [(key, by_folded[_fold(key)]) for key in data if _fold(key) in by_folded and by_folded[_fold(key)] != key]
+    if wrong:
+        named = ", ".join(f"{key!r} should be {alias!r}" for key, alias in wrong[:3])
+        raise WireError(f"keys are case-sensitive: {clip(named)}")
+
+
+@functools.cache
+def _wire_keys(model: type[BaseModel]) -> dict[str, str]:
+    """The model's wire keys by their folded spelling (`nodenames` -> `NodeNames`)."""
+    return {_fold(field.alias): field.alias for field in model.model_fields.values() if field.alias}
+
+
+def _fold(key: str) -> str:
+    return key.replace("_", "").lower()
 
 
 def _describe(exc: ValidationError) -> str:
