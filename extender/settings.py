@@ -180,7 +180,8 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Se
         return Settings(**values)
     except ValidationError as exc:
         where = f"config {config_file} / environment GPUPACK_*" if config_file else "environment GPUPACK_*"
-        raise SettingsError(f"{where}: {_describe(exc)}") from None
+        spelled = _spelled_keys(_read_raw_yaml(Path(config_file))) if config_file else {}
+        raise SettingsError(f"{where}: {_describe(exc, spelled)}") from None
     finally:
         _CONFIG_FILE.reset(token)
 
@@ -201,6 +202,11 @@ class _YamlSource(PydanticBaseSettingsSource):
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
+    return _snake_keys(_read_raw_yaml(path))
+
+
+def _read_raw_yaml(path: Path) -> dict[str, Any]:
+    """The file's mapping as written (camelCase keys)."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
@@ -211,7 +217,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise SettingsError(f"config {path}: expected a mapping of options, got {type(data).__name__}")
-    return _snake_keys(data)
+    return data
 
 
 _CAMEL_1 = re.compile(r"([a-z0-9])([A-Z])")
@@ -223,6 +229,28 @@ def snake_case(key: str) -> str:
     return _CAMEL_1.sub(r"\1_\2", _CAMEL_2.sub(r"\1_\2", key)).lower()
 
 
+_ACRONYMS = {"ttl": "TTL"}  # written in capitals in the YAML (`reservationTTLSeconds`)
+
+
+def camel_case(field: str) -> str:
+    """A field name as the YAML writes it: `reservation_ttl_seconds` -> `reservationTTLSeconds`."""
+    head, *rest = field.split("_")
+    return head + "".join(_ACRONYMS.get(word, word.capitalize()) for word in rest)
+
+
+def _spelled_keys(value: Any) -> dict[str, str]:
+    """snake_case -> the key as the YAML spells it, for every mapping key at any depth."""
+    spelled: dict[str, str] = {}
+    if isinstance(value, dict):
+        for key, item in value.items():
+            spelled[snake_case(str(key))] = str(key)
+            spelled.update(_spelled_keys(item))
+    elif isinstance(value, list):
+        for item in value:
+            spelled.update(_spelled_keys(item))
+    return spelled
+
+
 def _snake_keys(value: Any) -> Any:
     if isinstance(value, dict):
         return {snake_case(str(k)): _snake_keys(v) for k, v in value.items()}
@@ -231,8 +259,13 @@ def _snake_keys(value: Any) -> Any:
     return value
 
 
-def _describe(exc: ValidationError) -> str:
+def _describe(exc: ValidationError, spelled: dict[str, str]) -> str:
+    """Every problem, its key path in the YAML's spelling: as the file wrote it, else camelCase."""
+
+    def key(part: str | int) -> str:
+        return str(part) if isinstance(part, int) else spelled.get(part) or camel_case(part)
+
     return "; ".join(
-        f"{'.'.join(str(part) for part in error['loc']) or 'settings'}: {error['msg']}"
+        f"{'.'.join(key(part) for part in error['loc']) or 'settings'}: {error['msg']}"
         for error in exc.errors(include_url=False)
     )

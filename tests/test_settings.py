@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import get_args
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from gpupack.cli import build_parser
 from gpupack.extender.service import serve
-from gpupack.extender.settings import Settings, SettingsError, load_settings, snake_case
+from gpupack.extender.settings import Settings, SettingsError, camel_case, load_settings, snake_case
 from gpupack.scoring.policies import GpupackArgs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,24 +58,50 @@ def test_environment_and_cli_override_the_file(shipped: Path, monkeypatch: pytes
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("reservationTTLSecnds: 3\n", "reservation_ttl_secnds"),
-        ("spot: {nonInterruptibleOnSpot: sometimes}\n", "non_interruptible_on_spot"),
-        ("port: 0\n", "port"),
+        ("reservationTTLSecnds: 3\n", "reservationTTLSecnds: Extra inputs are not permitted"),
+        ("spot: {nonInterruptibleOnSpot: sometimes}\n", "spot.nonInterruptibleOnSpot: Input should be"),
+        ("port: 0\n", "port: Input should be"),
         ("policy: {name: fgd}\n", "fgd needs an oracle"),
-        ("policy: {weights: {packing: -1}}\n", "packing"),
+        ("policy: {weights: {packing: -1}}\n", "policy.weights.packing"),
+        ("policy: {weights: {modelFit: -1}}\n", "policy.weights.modelFit: Input should be"),
         ("prices: [{instanceType: a, capacityType: spot, hourly: 1},\n"
          "         {instanceType: a, capacityType: spot, hourly: 2}]\n", "given twice"),
-        ("prices: [{instanceType: a, capacityType: reserved, hourly: 1}]\n", "capacity_type"),
+        ("prices: [{instanceType: a, capacityType: reserved, hourly: 1}]\n", "prices.0.capacityType"),
+        ("prices: [{capacityType: spot, hourly: 1}]\n", "prices.0.instanceType: Field required"),
+        ("maxBodyBytes: 10\nreservationTTLSeconds: -1\n", "reservationTTLSeconds: Input should be"),
         ("- a list\n", "expected a mapping"),
         ("port: [\n", "not valid YAML"),
     ],
 )  # fmt: skip
 def test_bad_config_is_a_clear_error(tmp_path: Path, text: str, expected: str) -> None:
+    """Keys are named as the YAML writes them (camelCase), never as the Python fields (snake_case)."""
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     with pytest.raises(SettingsError, match=r"bad\.yaml") as err:
         load_settings(path)
     assert expected in str(err.value)
+    assert not re.search(r"[a-z]_[a-z]", str(err.value).split(": ", 1)[1]), str(err.value)
+
+
+def test_every_field_has_one_yaml_spelling_that_reads_back() -> None:
+    """camel_case (the errors' spelling) and snake_case (how the YAML is read) undo each other for every
+    field, and the shipped ConfigMap writes each key that way."""
+
+    def fields(model: type[BaseModel]) -> Iterator[str]:
+        for name, info in model.model_fields.items():
+            yield name
+            for inner in (info.annotation, *get_args(info.annotation)):
+                if isinstance(inner, type) and issubclass(inner, BaseModel):
+                    yield from fields(inner)
+
+    names = set(fields(Settings))
+    assert {"reservation_ttl_seconds", "model_fit", "instance_type"} <= names
+    for name in names:
+        assert snake_case(camel_case(name)) == name
+    assert camel_case("reservation_ttl_seconds") == "reservationTTLSeconds"
+    shipped_text = next(d for d in yaml.safe_load_all((ROOT / "manifests" / "policy-config.yaml").read_text()) if d)
+    for key in re.findall(r"^\s*-?\s*\{?([A-Za-z]+):", shipped_text["data"]["policy.yaml"], re.MULTILINE):
+        assert camel_case(snake_case(key)) == key
 
 
 def test_missing_config_file() -> None:
