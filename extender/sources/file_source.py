@@ -78,6 +78,19 @@ def load_cluster_objects(path: str | Path) -> ClusterObjects:
     return objects
 
 
+def empty_cluster_problem(path: str | Path, objects: ClusterObjects) -> str | None:
+    """What is wrong with a cluster file that holds no Node (None when it holds one): every pod would
+    find no node, which a server should say rather than serve in silence."""
+    if objects.nodes:
+        return None
+    if objects.pods:
+        return (
+            f"{path}: no Node objects, only {len(objects.pods)} Pod(s): a pods file given as the cluster? "
+            "No pod can be placed"
+        )
+    return f"{path}: no Node or Pod objects: the cluster is empty and no pod can be placed"
+
+
 class ClusterFileSource:
     """Serve the cluster described by a file: emits its Nodes and live Pods, then ``Synced``.
 
@@ -89,6 +102,9 @@ class ClusterFileSource:
         self.path = Path(path)
         self._on_event = on_event
         loaded = load_cluster_objects(self.path)
+        problem = empty_cluster_problem(self.path, loaded)
+        if problem:
+            logger.warning("%s", problem)
         self._nodes = {object_name(node): node for node in loaded.nodes}
         self._pods = {pod_key(pod): pod for pod in loaded.pods}
         self._lock = threading.RLock()
