@@ -15,6 +15,7 @@ import uvicorn
 import yaml
 
 from gpupack.extender.node_facts import facts_from_node
+from gpupack.extender.objects import H100, make_node, make_pod
 from gpupack.extender.settings import Settings
 from gpupack.extender.sources import ClusterFileSource, NodeUpserted, PodUpserted, Synced
 from gpupack.extender.state import ClusterState
@@ -24,7 +25,6 @@ from gpupack.scoring.inventory import Inventory
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_CLUSTER = ROOT / "manifests" / "examples" / "cluster.yaml"
 
-H100 = "NVIDIA-H100-80GB-HBM3"
 A100 = "NVIDIA-A100-SXM4-80GB"
 L4 = "NVIDIA-L4"
 
@@ -57,28 +57,26 @@ def node(
     memory: str = "2Ti",
     annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A Node: `mig="dynamic"` for dynamic MIG, `static_mig` for allocatable MIG instances."""
-    allocatable = {"cpu": cpu, "memory": memory, "pods": "110", "nvidia.com/gpu": str(gpus)}
+    """`make_node` of a test.xlarge node: `mig="dynamic"` for dynamic MIG, `static_mig` for allocatable MIG
+    instances (profile -> count; the GPUs they fill are not counted as whole)."""
     notes = dict(annotations or {})
     if mig:
         notes["gpupack.io/mig"] = mig
-    labels = {
-        "nvidia.com/gpu.product": product,
-        "nvidia.com/gpu.count": str(gpus),
-        "karpenter.sh/capacity-type": "spot" if spot else "on-demand",
-        "node.kubernetes.io/instance-type": "test.xlarge",
-    }
+    allocatable: dict[str, str | int | None] = {}
     if static_mig:
-        for profile, count in static_mig.items():
-            allocatable[f"nvidia.com/mig-{profile}"] = str(count)
-        allocatable["nvidia.com/gpu"] = str(gpus - len(_static_gpus(static_mig)))
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "uid": f"uid-{name}", "labels": labels, "annotations": notes},
-        "spec": {},
-        "status": {"allocatable": allocatable, "capacity": dict(allocatable)},
-    }
+        allocatable = {f"nvidia.com/mig-{profile}": count for profile, count in static_mig.items()}
+        allocatable["nvidia.com/gpu"] = gpus - len(_static_gpus(static_mig))
+    return make_node(
+        name,
+        gpus=gpus,
+        product=product,
+        cpu=cpu,
+        memory=memory,
+        spot=spot,
+        labels={"node.kubernetes.io/instance-type": "test.xlarge"},
+        annotations=notes,
+        allocatable=allocatable,
+    )
 
 
 def _static_gpus(static_mig: dict[str, int]) -> set[int]:
@@ -106,35 +104,27 @@ def pod(
     scheduler: str = "gpupack",
     annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A Pod asking for whole GPUs, a share or MIG instances (or nothing but CPU)."""
-    limits: dict[str, str] = {"cpu": cpu, "memory": memory}
+    """`make_pod` asking for whole GPUs, a share or MIG instances (or nothing but CPU); `assignment` is
+    written as the gpupack.io/assignment annotation (a dict is JSON-encoded)."""
+    limits: dict[str, str | int] = {"cpu": cpu, "memory": memory}
     if gpus:
-        limits["nvidia.com/gpu"] = str(gpus)
+        limits["nvidia.com/gpu"] = gpus
     if milli:
-        limits["gpupack.io/gpu-milli"] = str(milli)
+        limits["gpupack.io/gpu-milli"] = milli
     if mig:
-        limits[f"nvidia.com/mig-{mig}"] = str(mig_count)
+        limits[f"nvidia.com/mig-{mig}"] = mig_count
     notes = dict(annotations or {})
     if assignment is not None:
         notes["gpupack.io/assignment"] = assignment if isinstance(assignment, str) else json.dumps(assignment)
-    spec: dict[str, Any] = {
-        "schedulerName": scheduler,
-        "containers": [{"name": "main", "image": "x", "resources": {"limits": limits, "requests": limits}}],
-    }
-    if node_name:
-        spec["nodeName"] = node_name
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "uid": uid or f"uid-{namespace}-{name}",
-            "annotations": notes,
-        },
-        "spec": spec,
-        "status": {"phase": "Running" if node_name else "Pending"},
-    }
+    return make_pod(
+        name,
+        namespace=namespace,
+        uid=uid,
+        requests=limits,
+        node=node_name or None,
+        annotations=notes,
+        scheduler=scheduler,
+    )
 
 
 def mixed_kinds_pod(name: str, node_name: str | None = None) -> dict[str, Any]:

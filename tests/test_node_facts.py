@@ -7,14 +7,15 @@ from typing import Any
 
 import pytest
 
+from gpupack.extender.keys import LABEL_GPU_COUNT
 from gpupack.extender.mig_layout import MigLayoutError, parse_layout, synthesize_layout
 from gpupack.extender.node_facts import NodeFactsError, facts_from_node, is_spot, node_is_schedulable
+from gpupack.extender.objects import H100, make_node
 from gpupack.scoring.facts import MigMode
 from gpupack.scoring.geometry import FAMILIES
 from gpupack.scoring.inventory import Inventory
 from tests.wire_captures import captured_nodes
 
-H100 = "NVIDIA-H100-80GB-HBM3"
 H100_FAMILY = FAMILIES["H100-80GB"]
 
 
@@ -25,16 +26,18 @@ def node(
     allocatable: dict[str, Any] | None = None,
     **status: Any,
 ) -> dict[str, Any]:
-    """A Node with an H100 product label and 96 CPUs, 1Ti, 8 GPUs unless told otherwise."""
-    metadata: dict[str, Any] = {"name": name, "labels": {"nvidia.com/gpu.product": H100, **(labels or {})}}
-    if annotations is not None:
-        metadata["annotations"] = annotations
-    resources = {"cpu": "96", "memory": "1Ti", "pods": "110", "nvidia.com/gpu": "8"}
-    return {
-        "metadata": metadata,
-        "spec": {},
-        "status": {"allocatable": {**resources, **(allocatable or {})}, **status},
-    }
+    """`make_node` with 96 CPUs and 1Ti, 8 H100 GPUs unless told otherwise, and no gpu.count label
+    (each test here decides it); keyword arguments go into status."""
+    obj = make_node(
+        name,
+        cpu="96",
+        memory="1Ti",
+        labels={LABEL_GPU_COUNT: None, **(labels or {})},
+        annotations=annotations,
+        allocatable=allocatable,
+    )
+    obj["status"].update(status)
+    return obj
 
 
 # ----------------------------------------------------------------- captured nodes

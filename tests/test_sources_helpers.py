@@ -1,11 +1,10 @@
-"""Shared helpers of the source tests: model-shaped objects and a consumer that mirrors the events."""
+"""Shared helpers of the source tests: API-shaped objects and a consumer that mirrors the events."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kubernetes import client
-
+from gpupack.extender import objects
 from gpupack.extender.sources import (
     Event,
     JsonObject,
@@ -18,25 +17,12 @@ from gpupack.extender.sources import (
     pod_key,
 )
 
-_API = client.ApiClient()
-
 
 def make_node(name: str, rv: str = "1", uid: str | None = None, gpus: int = 8) -> JsonObject:
-    """A Node as the API server sends it (built from the client's model, camelCase)."""
-    model = client.V1Node(
-        api_version="v1",
-        kind="Node",
-        metadata=client.V1ObjectMeta(
-            name=name,
-            uid=uid or f"uid-node-{name}",
-            resource_version=rv,
-            labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": str(gpus)},
-        ),
-        status=client.V1NodeStatus(
-            allocatable={"cpu": "96", "memory": "1024Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
-        ),
+    """`objects.make_node` with a resourceVersion, as the API server sends it."""
+    return objects.make_node(
+        name, gpus=gpus, cpu="96", memory="1024Gi", uid=uid or f"uid-node-{name}", resource_version=rv
     )
-    return _API.sanitize_for_serialization(model)
 
 
 def make_pod(
@@ -50,33 +36,18 @@ def make_pod(
     gpus: int = 1,
     annotations: dict[str, str] | None = None,
 ) -> JsonObject:
-    """A Pod as the API server sends it (built from the client's model, camelCase)."""
-    model = client.V1Pod(
-        api_version="v1",
-        kind="Pod",
-        metadata=client.V1ObjectMeta(
-            name=name,
-            namespace=namespace,
-            uid=uid or f"uid-pod-{namespace}-{name}",
-            resource_version=rv,
-            annotations=annotations,
-        ),
-        spec=client.V1PodSpec(
-            scheduler_name="gpupack",
-            node_name=node,
-            containers=[
-                client.V1Container(
-                    name="main",
-                    image="trainer:1",
-                    resources=client.V1ResourceRequirements(
-                        limits={"nvidia.com/gpu": str(gpus), "cpu": "4", "memory": "16Gi"}
-                    ),
-                )
-            ],
-        ),
-        status=client.V1PodStatus(phase=phase),
+    """`objects.make_pod` with a resourceVersion, as the API server sends it (bound to gpu-1 unless told)."""
+    return objects.make_pod(
+        name,
+        namespace=namespace,
+        uid=uid or f"uid-pod-{namespace}-{name}",
+        requests={"nvidia.com/gpu": gpus, "cpu": "4", "memory": "16Gi"},
+        node=node,
+        phase=phase,
+        annotations=annotations,
+        image="trainer:1",
+        resource_version=rv,
     )
-    return _API.sanitize_for_serialization(model)
 
 
 class Mirror:

@@ -26,6 +26,7 @@ from gpupack.agent.kubelet import podresources_pb2_grpc as pr_grpc
 from gpupack.agent.nvml_topology import read_topology
 from gpupack.agent.plugin_manager import PluginManager
 from gpupack.agent.pods import MemoryPods
+from gpupack.extender import objects
 
 NODE = "gpu-node-1"
 
@@ -40,22 +41,20 @@ def make_pod(
     node: str = NODE,
     init: list[dict[str, int]] | None = None,
 ) -> dict[str, Any]:
-    """A Pod bound to `node` whose containers ask for the given resources, with an assignment of `gpus`."""
+    """`make_pod` bound to `node` whose containers ask for the given resources, with an assignment of `gpus`."""
     annotations = {} if gpus is None else {"gpupack.io/assignment": orjson.dumps({"node": node, "gpus": gpus}).decode()}
-
-    def spec_of(asks: list[dict[str, int]], prefix: str) -> list[dict[str, Any]]:
-        limits = [{k: str(v) for k, v in ask.items()} for ask in asks]
-        return [{"name": f"{prefix}{i}", "resources": {"limits": lim}} for i, lim in enumerate(limits)]
-
-    spec: dict[str, Any] = {"nodeName": node, "containers": spec_of(containers, "c")}
-    if init:
-        spec["initContainers"] = spec_of(init, "init")
-    return {
-        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", "creationTimestamp": created,
-                     "annotations": annotations},
-        "spec": spec,
-        "status": {"phase": phase},
-    }
+    return objects.make_pod(
+        name,
+        namespace="ml",
+        uid=f"uid-{name}",
+        containers=containers,
+        init_containers=init or (),
+        node=node,
+        phase=phase,
+        annotations=annotations,
+        scheduler=None,
+        created=created,
+    )
 
 
 def serve_on_socket(add_servicer: Any, servicer: Any, socket: Path, workers: int) -> grpc.Server:
