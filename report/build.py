@@ -144,4 +144,5 @@ def _pool_json(figures: Mapping[str, float]) -> dict[str, float | int]:
         "stranded_mig_slices": int(figures["stranded_mig_slices"]),
         "hourly_cost": round(figures["hourly_cost"], 2),
         "empty_nodes": int(figures["empty_nodes"]),
+        "empty_hourly_cost": round(figures["empty_hourly_cost"], 2),
     }

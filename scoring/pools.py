@@ -2,7 +2,7 @@
 
 Per node: GPUs, GPUs allocated (shares by their fraction, MIG by compute slices), idle GPUs and their
 $/h (the node's price x idle / GPUs), free MIG slices (as `scoring.usage`), stranded MIG slices, and
-whether no GPU of it is in use (a node that could be released).
+whether no GPU of it is in use (a node that could be released) and its price then.
 
 A free MIG memory slice is *stranded* when no pod can use it as things stand: on a dynamic-MIG GPU no
 profile of the GPU's family fits at a placement covering it (its neighbours are taken, or the GPU's
@@ -29,9 +29,9 @@ from gpupack.scoring.usage import node_usage
 SPOT = "spot"
 ON_DEMAND = "on-demand"
 # columns of a node's figures (and of a pool's sums)
-NODES, GPUS, ALLOCATED, IDLE, IDLE_COST, FREE_MIG, STRANDED, HOURLY, EMPTY_NODES = range(9)
+NODES, GPUS, ALLOCATED, IDLE, IDLE_COST, FREE_MIG, STRANDED, HOURLY, EMPTY_NODES, EMPTY_COST = range(10)
 FIGURES = ("nodes", "gpus", "gpus_allocated", "idle_gpus", "idle_hourly_cost", "free_mig_slices",
-           "stranded_mig_slices", "hourly_cost", "empty_nodes")  # fmt: skip
+           "stranded_mig_slices", "hourly_cost", "empty_nodes", "empty_hourly_cost")  # fmt: skip
 
 
 def _stranded_table() -> np.ndarray:
@@ -74,7 +74,7 @@ def stranded_slices(inv: Inventory, rows: np.ndarray, free_mig: np.ndarray) -> n
 
 
 def node_figures(inv: Inventory, rows: np.ndarray) -> np.ndarray:
-    """The figures (columns NODES .. EMPTY_NODES) of each node in `rows`; a node without GPUs is all 0."""
+    """The figures (columns NODES .. EMPTY_COST) of each node in `rows`; a node without GPUs is all 0."""
     allocated, free_mig = node_usage(inv, rows)
     gpus = inv.node_gpu_count[rows].astype(np.float64)
     has_gpus = gpus > 0
@@ -90,6 +90,7 @@ def node_figures(inv: Inventory, rows: np.ndarray) -> np.ndarray:
     out[:, STRANDED] = stranded_slices(inv, rows, free_mig)
     out[:, HOURLY] = price
     out[:, EMPTY_NODES] = allocated <= 0
+    out[:, EMPTY_COST] = price * (allocated <= 0)
     return out * has_gpus[:, None]
 
 
