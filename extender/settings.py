@@ -102,6 +102,12 @@ class Settings(BaseSettings):
         5.0, gt=0, description="a connection whose request line and headers are not in within this time is closed"
     )
     max_connections: int = Field(256, ge=1, description="connections beyond this many are closed at once")
+    metrics_max_age_seconds: float = Field(
+        1.0,
+        ge=0,
+        description="/metrics answers with text rendered at most this long ago (0: render every scrape): however "
+        "often it is scraped, rendering costs at most one render (~2 ms) a period",
+    )
     # Bounds on what one request can cost (#13 item 3): 16 MiB of unknown NodeNames once cost a 65 MiB
     # answer, and four 16 MiB bodies at once 2.8 GB of RSS, past the sidecar's 2Gi memory limit.
     max_candidates: int = Field(
