@@ -164,7 +164,7 @@ class VerbEndpoint:
 
 def create_app(state: ClusterState, settings: Settings, metrics: Metrics | None = None) -> FastAPI:
     """The extender's FastAPI application over `state`."""
-    metrics = metrics or Metrics(state)
+    metrics = metrics or Metrics(state, settings.metrics_max_age_seconds)
     heavy = verbs.HeavyGate(settings.max_heavy_in_flight)
     app = FastAPI(
         title="gpupack", docs_url=None, redoc_url=None, openapi_url="/openapi.json", redirect_slashes=False
@@ -213,7 +213,10 @@ def create_app(state: ClusterState, settings: Settings, metrics: Metrics | None 
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics_() -> Response:
-        return Response(content=await run_in_threadpool(metrics.render), media_type=CONTENT_TYPE)
+        text = metrics.cached()  # a fresh render is answered from the loop, without a thread hop
+        if text is None:
+            text = await run_in_threadpool(metrics.render)
+        return Response(content=text, media_type=CONTENT_TYPE)
 
     return app
 
