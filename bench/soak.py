@@ -37,7 +37,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,7 @@ class SoakConfig:
     seed: int = 1
     max_seconds: float = 1200.0
     scrape_interval: float | None = None  # seconds between GET /metrics from a process of its own (0: nonstop)
+    scrape_path: str = "metrics"  # `healthz`: the same scraper on an endpoint that does no work (a control)
 
     def live_target(self) -> int:
         """Bound pods at steady state: about half the GPUs in use, reached within the first ~40 % of calls."""
@@ -191,13 +192,13 @@ def client_process(
     results.put(("latencies", "", 0, {verb: np.asarray(v, dtype=np.float32) for verb, v in latencies.items()}))
 
 
-def scraper_process(port: int, interval: float, stop: Any, results: Any) -> None:
-    """GET /metrics every `interval` seconds (0: back to back) until `stop` is set, from a process of its
+def scraper_process(port: int, interval: float, path: str, stop: Any, results: Any) -> None:
+    """GET /`path` every `interval` seconds (0: back to back) until `stop` is set, from a process of its
     own so that its work slows neither the server's nor the clients' interpreter; then report latencies."""
     connection = Connection(port)
     latencies: list[float] = []
     while not stop.wait(interval):
-        connection.get("metrics", latencies)
+        connection.get(path, latencies)
     results.put(("latencies", "", 0, {"metrics": np.asarray(latencies, dtype=np.float32)}))
 
 
@@ -339,7 +340,9 @@ def run(config: SoakConfig, log: Any = None) -> SoakResult:
         scraper = None
         if config.scrape_interval is not None:
             scraper = context.Process(
-                target=scraper_process, args=(port, config.scrape_interval, stop_scraping, results), daemon=True
+                target=scraper_process,
+                args=(port, config.scrape_interval, config.scrape_path, stop_scraping, results),
+                daemon=True,
             )
             scraper.start()
         for child in children:
@@ -618,8 +621,8 @@ def scrape_line(interval: float | None) -> list[str]:
     return [f"- `/metrics` scraped {how} from a process of its own during the whole run (the `metrics` row)"]
 
 
-def parse_args(argv: Sequence[str] | None) -> tuple[SoakConfig, Path, bool]:
-    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0])
+def parse_args(argv: Sequence[str] | None) -> tuple[SoakConfig, Path]:
+    parser = argparse.ArgumentParser(prog="python -m gpupack.bench.soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, help="filter/prioritize/bind calls in all (default 100000)")
     parser.add_argument("--clients", type=int, help="concurrent clients (default 32)")
     parser.add_argument("--nodes", type=int, help="nodes in the generated cluster (default 5000)")
@@ -629,7 +632,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[SoakConfig, Path, bool]:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--max-seconds", type=float, default=1200.0, help="stop feeding pods after this")
     parser.add_argument("--scrape-interval", type=float, help="GET /metrics every S seconds meanwhile (0: nonstop)")
-    parser.add_argument("--compare", action="store_true", help="with --scrape-interval: also run without, side by side")
+    parser.add_argument(
+        "--scrape-path", default="metrics", help="what the scraper GETs (healthz: a control that does no work)"
+    )
     parser.add_argument("--quick", action="store_true", help="2000 calls, 8 clients, 200 nodes (a smoke test)")
     parser.add_argument("--out", default="bench/results/soak.md", help="markdown report (JSON beside it)")
     args = parser.parse_args(argv)
@@ -643,10 +648,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[SoakConfig, Path, bool]:
         seed=args.seed,
         max_seconds=args.max_seconds,
         scrape_interval=args.scrape_interval,
+        scrape_path=args.scrape_path,
     )
-    if args.compare and args.scrape_interval is None:
-        parser.error("--compare needs --scrape-interval")
-    return config, Path(args.out), args.compare
+    return config, Path(args.out)
 
 
 def write(result: SoakResult, out: Path) -> None:
@@ -657,14 +661,7 @@ def write(result: SoakResult, out: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    config, out, compare = parse_args(argv)
-    if compare:
-        plain = run(replace(config, scrape_interval=None), log=say)
-        scraped = run(config, log=say)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(scrape_comparison(plain, scraped))
-        print(scrape_comparison(plain, scraped).split("## Soak\n")[0])
-        return 0 if plain.ok and scraped.ok else 1
+    config, out = parse_args(argv)
     result = run(config, log=say)
     write(result, out)
     print(markdown(result).split("```json")[0])
@@ -674,26 +671,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def say(line: str) -> None:
     """Progress to standard error."""
     print(line, file=sys.stderr, flush=True)
-
-
-def scrape_comparison(plain: SoakResult, scraped: SoakResult) -> str:
-    """The same soak without and with /metrics scraping, filter latency side by side, then both runs."""
-    lines = [
-        "# Soak: filter latency with /metrics scraped, beside the same soak without",
-        "",
-        "| filter | without scraping | with scraping | change |",
-        "|---|---:|---:|---:|",
-    ]
-    for quantile in ("p50", "p99"):
-        before, after = plain.latency_ms["filter"][quantile], scraped.latency_ms["filter"][quantile]
-        lines.append(f"| {quantile} ms | {before:.2f} | {after:.2f} | {(after - before) / before * 100:+.1f} % |")
-    metrics = scraped.latency_ms.get("metrics", {})
-    lines += [
-        "",
-        f"{metrics.get('count', 0):,} scrapes during the scraped run (p50 {metrics.get('p50', 0):.2f} ms).",
-        "",
-    ]
-    return "\n".join(lines) + "\n" + markdown(plain) + "\n" + markdown(scraped)
 
 
 if __name__ == "__main__":
