@@ -104,22 +104,15 @@ NODE_KINDS: dict[str, tuple[str, int, dict[str, str], dict[str, int]]] = {
 
 def node_object(name: str, kind: str, spot: bool) -> dict[str, Any]:
     """A Node of one of the NODE_KINDS."""
+    from gpupack.extender.objects import make_node
+
     product, gpus, annotations, mig = NODE_KINDS[kind]
-    whole = gpus - (2 + 2 if mig else 0)
-    allocatable = {"cpu": "192", "memory": "2Ti", "pods": "110", "nvidia.com/gpu": str(whole)}
-    allocatable |= {f"nvidia.com/mig-{profile}": str(count) for profile, count in mig.items()}
-    labels = {
-        "nvidia.com/gpu.product": product,
-        "nvidia.com/gpu.count": str(gpus),
-        "karpenter.sh/capacity-type": "spot" if spot else "on-demand",
-        "node.kubernetes.io/instance-type": f"{kind}.soak",
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": labels, "annotations": dict(annotations)},
-        "status": {"allocatable": allocatable, "capacity": dict(allocatable)},
-    }
+    allocatable: dict[str, str | int | None] = {f"nvidia.com/mig-{profile}": count for profile, count in mig.items()}
+    allocatable["nvidia.com/gpu"] = gpus - (2 + 2 if mig else 0)
+    labels = {"node.kubernetes.io/instance-type": f"{kind}.soak"}
+    return make_node(
+        name, gpus=gpus, product=product, spot=spot, labels=labels, annotations=annotations, allocatable=allocatable
+    )
 
 
 def cluster_nodes(count: int) -> list[dict[str, Any]]:
@@ -140,17 +133,10 @@ def pod_object(i: int, rng: random.Random) -> dict[str, Any]:
     else:
         limits["gpupack.io/gpu-milli"] = str(rng.choice([100, 250, 500, 700]))
     annotations = {"gpupack.io/interruptible": "true"} if rng.random() < 0.2 else {}
-    name = f"soak-pod-{i}"
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "soak", "uid": f"soak-uid-{i}", "annotations": annotations},
-        "spec": {
-            "schedulerName": "gpupack",
-            "containers": [{"name": "main", "image": "trainer:1", "resources": {"limits": limits, "requests": limits}}],
-        },
-        "status": {"phase": "Pending"},
-    }
+    from gpupack.extender.objects import make_pod
+
+    name, uid = f"soak-pod-{i}", f"soak-uid-{i}"
+    return make_pod(name, namespace="soak", uid=uid, requests=limits, annotations=annotations, image="trainer:1")
 
 
 # ----------------------------------------------------------------------------- clients (child processes)

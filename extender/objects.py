@@ -8,7 +8,7 @@ matters to it. The shapes follow DESIGN.md §2–3 (labels, annotations and reso
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gpupack.extender.keys import (
     LABEL_GPU_COUNT,
@@ -18,7 +18,6 @@ from gpupack.extender.keys import (
     RESOURCE_MEMORY,
     RESOURCE_PODS,
 )
-from gpupack.extender.sources.events import JsonObject
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
@@ -42,7 +41,7 @@ def make_node(
     allocatable: Mapping[str, Quantity | None] | None = None,
     uid: str | None = None,
     resource_version: str | None = None,
-) -> JsonObject:
+) -> dict[str, Any]:
     """A Node with `gpus` whole GPUs of `product` (labelled as NVIDIA's GPU feature discovery does).
 
     `product=None` makes a node without GPUs. `spot` sets the Karpenter capacity-type label (None: no
@@ -56,7 +55,7 @@ def make_node(
         node_labels |= {LABEL_GPU_PRODUCT: product, LABEL_GPU_COUNT: str(gpus)}
     if spot is not None:
         node_labels[CAPACITY_TYPE_LABEL] = "spot" if spot else "on-demand"
-    metadata: JsonObject = {
+    metadata: dict[str, Any] = {
         "name": name,
         "uid": uid or f"uid-{name}",
         "labels": _present(node_labels | dict(labels or {})),
@@ -90,7 +89,7 @@ def make_pod(
     image: str = "x",
     resource_version: str | None = None,
     created: str | None = None,
-) -> JsonObject:
+) -> dict[str, Any]:
     """A Pod whose one container, `main`, asks for `requests`; or containers `c0`, `c1`, … asking for
     the entries of `containers` (and init containers `init0`, … for `init_containers`).
 
@@ -106,13 +105,13 @@ def make_pod(
         named = [_container(f"c{i}", ask, image) for i, ask in enumerate(containers)]
     else:
         raise ValueError("pass requests or containers, not both")
-    spec: JsonObject = {} if scheduler is None else {"schedulerName": scheduler}
+    spec: dict[str, Any] = {} if scheduler is None else {"schedulerName": scheduler}
     spec["containers"] = named
     if init_containers:
         spec["initContainers"] = [_container(f"init{i}", ask, image) for i, ask in enumerate(init_containers)]
     if node is not None:
         spec["nodeName"] = node
-    metadata: JsonObject = {
+    metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
         "uid": uid or f"uid-{namespace}-{name}",
@@ -132,7 +131,7 @@ def make_pod(
     }
 
 
-def _container(name: str, ask: Resources, image: str) -> JsonObject:
+def _container(name: str, ask: Resources, image: str) -> dict[str, Any]:
     """A container whose limits and requests are both `ask`."""
     limits = {key: str(value) for key, value in ask.items()}
     return {"name": name, "image": image, "resources": {"limits": limits, "requests": dict(limits)}}
