@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from gpupack.extender.pool_metrics import PoolCollector
 from gpupack.extender.state import ClusterState
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -51,6 +52,7 @@ class Metrics:
             registry=self.registry,
         )
         self.registry.register(_StateCollector(state))
+        self.registry.register(PoolCollector(state))  # GPU pools: product x capacity type (#16 item 5)
 
     def observe(self, verb: str, code: int, seconds: float) -> None:
         """Record one answered request."""
