@@ -40,17 +40,39 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(orjson.dumps(result).decode() + "\n")
         return 0
-    median = result["median"]
-    assert isinstance(median, dict)
-    print(f"policy {result['policy']}, protocol {result['protocol']}, {result['gpus_total']} GPUs")
-    runs = result["runs"]
-    assert isinstance(runs, list)
-    for run_result in runs:
-        print(
-            f"  seed {run_result['seed']}: {run_result['pods_scheduled']}/{run_result['pods_submitted']} pods "
-            f"placed, allocated {run_result['alloc_pct_at_100']} % at arrived 100 %, "
-            f"{run_result['alloc_pct_at_130']} % at 130 %"
-        )
-    print(f"median unallocated: {median['unallocated_pct_at_100']} % at 100 %, "
-          f"{median['unallocated_pct_at_130']} % at 130 %; {result['pods_per_second']} pods/s")  # fmt: skip
+    print("\n".join(summary_lines(result)))
     return 0
+
+
+def summary_lines(result: dict[str, object]) -> list[str]:
+    """The human summary of `simulate`'s result: per seed the allocation at arrived = 100 % and 130 %
+    (fgd protocol); for a replay, which runs the file once in its order, where it ended."""
+    runs = result["runs"]
+    median = result["median"]
+    assert isinstance(runs, list) and isinstance(median, dict)
+    lines = [f"policy {result['policy']}, protocol {result['protocol']}, {result['gpus_total']} GPUs"]
+    if result["protocol"] == "replay":
+        for run_result in runs:
+            arrived, allocated = run_result["curve"][-1] if run_result["curve"] else (0.0, 0.0)
+            lines.append(
+                f"  file order, once: {run_result['pods_scheduled']}/{run_result['pods_submitted']} pods placed; "
+                f"requests add up to {arrived:.1f} % of the GPUs, {allocated:.1f} % allocated at the end"
+            )
+        lines.append(f"{result['pods_per_second']} pods/s")
+        return lines
+    for run_result in runs:
+        lines.append(
+            f"  seed {run_result['seed']}: {run_result['pods_scheduled']}/{run_result['pods_submitted']} pods "
+            f"placed, allocated {_pct(run_result['alloc_pct_at_100'])} at arrived 100 %, "
+            f"{_pct(run_result['alloc_pct_at_130'])} at 130 %"
+        )
+    lines.append(
+        f"median unallocated: {_pct(median['unallocated_pct_at_100'])} at 100 %, "
+        f"{_pct(median['unallocated_pct_at_130'])} at 130 %; {result['pods_per_second']} pods/s"
+    )
+    return lines
+
+
+def _pct(value: object) -> str:
+    """A percentage, or `-` when the run never got there."""
+    return "-" if value is None else f"{value} %"
