@@ -1,24 +1,28 @@
-"""`gpupack explain --cluster-file F --pod P [--json]`: why a pod would go where, reserving nothing.
+"""`gpupack explain`: why a pod would go where, reserving nothing.
 
-The cluster file is loaded into a `ClusterState` exactly as `serve --cluster-file` does (bound pods
-consume capacity by the same rules); the pod is then decided against every node. Per node: verdict
-(chosen / feasible / infeasible / unresolvable), the reason, and the policy score of feasible nodes.
+Two sources (`extender.explain_source`): a live cluster (`--kubeconfig`, else kubectl's kubeconfig,
+else in-cluster; the pod as NAMESPACE/NAME) or a cluster file and a one-pod file (`--cluster-file F
+--pod P`). Either fills a `ClusterState` as `gpupack serve` does, and the pod is decided against every
+node. Per node: verdict (chosen / feasible / infeasible / unresolvable), the reason, the policy score
+and its parts; then the winner, the runner-up and the part that made the difference.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import orjson
 
+from gpupack.extender.explain_source import Loaded, load_from_cluster, load_from_files
 from gpupack.extender.pod_request import pod_key
 from gpupack.extender.settings import SettingsError, load_settings
-from gpupack.extender.sources import ClusterFileSource, SourceError, load_cluster_objects
+from gpupack.extender.sources import SourceError
 from gpupack.extender.state import ClusterState, Evaluation
-from gpupack.scoring.reference import reference_decide
+from gpupack.scoring.explain_parts import score_parts
 
 
 @dataclass(frozen=True)
@@ -35,14 +39,12 @@ class NodeVerdict:
 def run(args: argparse.Namespace) -> int:
     """Print the explanation; 0 on success (placed or not), 2 on unusable input."""
     try:
-        settings = load_settings(getattr(args, "config", None))
-        pod = load_pod(args.pod)
-        state = ClusterState(settings)
-        ClusterFileSource(args.cluster_file, state.apply).start()
+        loaded = load(args)
     except (SettingsError, SourceError, ValueError) as exc:
         print(f"gpupack explain: {exc}", file=sys.stderr)
         return 2
-    report = explain(state, pod)
+    report = explain(loaded.state, loaded.pod)
+    report["source"] = loaded.source
     if args.json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
@@ -50,43 +52,46 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_pod(path: str) -> dict[str, Any]:
-    """The one Pod in a YAML/JSON file; ValueError otherwise."""
-    pods = load_cluster_objects(path).pods
-    if len(pods) != 1:
-        raise ValueError(f"{path}: expected exactly one Pod, found {len(pods)}")
-    return pods[0]
+def load(args: argparse.Namespace) -> Loaded:
+    """The cluster and the pod the arguments name (file mode with --cluster-file, else a live cluster)."""
+    settings = load_settings(getattr(args, "config", None))
+    positional = getattr(args, "pod_ref", None)
+    if args.pod and positional and args.pod != positional:
+        raise ValueError(f"two pods named: {positional!r} and --pod {args.pod!r}")
+    pod = args.pod or positional
+    if not pod:
+        raise ValueError("name the pod: NAMESPACE/NAME (live cluster), or --cluster-file F --pod FILE")
+    if args.cluster_file:
+        return load_from_files(settings, args.cluster_file, pod)
+    return load_from_cluster(settings, args.kubeconfig, pod, getattr(args, "namespace", None))
 
 
 def explain(state: ClusterState, pod: dict[str, Any]) -> dict[str, Any]:
-    """The explanation as a JSON-ready dict: pod, chosen node, placement, per-node verdicts."""
+    """The explanation as a JSON-ready dict: pod, where it is bound (if it is), chosen node and
+    placement, the winner's margin over the runner-up, per-node verdicts."""
     evaluation = state.evaluate(pod)
     placement = evaluation.decision.placement if evaluation.decision else None
-    parts = score_parts(state, evaluation)
-    verdicts = [replace(v, parts=parts.get(v.node, {})) for v in node_verdicts(evaluation)]
+    parts = parts_of(state, evaluation)
+    verdicts = [NodeVerdict(**{**asdict(v), "parts": parts.get(v.node, {})}) for v in node_verdicts(evaluation)]
     return {
         "pod": pod_key(pod),
+        "bound_to": (pod.get("spec") or {}).get("nodeName") or None,
         "error": evaluation.error or None,
         "chosen": placement.node if placement else None,
         "placement": placement.to_assignment() if placement else None,
-        "nodes": [verdict.__dict__ for verdict in verdicts],
+        "runner_up": runner_up(verdicts),
+        "nodes": [asdict(verdict) for verdict in verdicts],
     }
 
 
-def score_parts(state: ClusterState, evaluation: Evaluation) -> dict[str, dict[str, float]]:
-    """The terms of each feasible node's gpupack score, from the plain-Python reference of the kernel."""
-    parts: dict[str, dict[str, float]] = {}
+def parts_of(state: ClusterState, evaluation: Evaluation) -> dict[str, dict[str, float]]:
+    """The terms of each feasible node's score, by the engine's own kernel (`scoring.explain_parts`)."""
     if evaluation.request is None or evaluation.decision is None:
-        return parts
+        return {}
     with state.lock:
-        reference_decide(
-            state.inventory,
-            state.engine.policy,
-            evaluation.request,
-            candidates=list(evaluation.decision.feasible_scores()),
-            parts=parts,
-        )
-    return parts
+        candidates = np.zeros(state.inventory.size, dtype=np.bool_)
+        candidates[evaluation.decision.rows] = True
+        return score_parts(state.inventory, state.engine.policy, evaluation.request, candidates)
 
 
 def node_verdicts(evaluation: Evaluation) -> list[NodeVerdict]:
@@ -104,20 +109,53 @@ def node_verdicts(evaluation: Evaluation) -> list[NodeVerdict]:
     return verdicts
 
 
+def runner_up(verdicts: list[NodeVerdict]) -> dict[str, Any] | None:
+    """The best feasible node after the chosen one: its margin, each part's difference (winner minus
+    runner-up, largest first) and the part that made the difference (the largest in the winner's
+    favour). None unless a node was chosen and another was feasible."""
+    if len(verdicts) < 2 or verdicts[0].verdict != "chosen" or verdicts[1].verdict != "feasible":
+        return None
+    winner, second = verdicts[0], verdicts[1]
+    assert winner.score is not None and second.score is not None
+    names = list(dict.fromkeys([*winner.parts, *second.parts]))
+    differences = {name: winner.parts.get(name, 0.0) - second.parts.get(name, 0.0) for name in names}
+    differences = dict(sorted(differences.items(), key=lambda kv: -kv[1]))
+    margin = winner.score - second.score
+    deciding = next((name for name, diff in differences.items() if diff > 0.0), None) if margin > 0.0 else None
+    return {"node": second.node, "margin": margin, "deciding_part": deciding, "differences": differences}
+
+
 def render_text(report: dict[str, Any]) -> str:
     """The explanation as a table for a terminal."""
-    lines = [f"pod {report['pod']}"]
+    lines = [f"pod {report['pod']}" + (f"  (bound to {report['bound_to']}; explained as if placed now)"
+                                        if report["bound_to"] else "")]  # fmt: skip
     if report["error"]:
         lines.append(f"request error: {report['error']}")
     if report["chosen"]:
         gpus = orjson.dumps(report["placement"]["gpus"]).decode()
         lines.append(f"chosen: {report['chosen']}  gpus: {gpus}")
     else:
-        lines.append("chosen: none (no node fits)")
+        lines.append("chosen: none (" + ("no node fits)" if report["nodes"] else "the cluster holds no nodes)"))
+    lines.append(why_text(report))
     width = max([len("NODE"), *(len(n["node"]) for n in report["nodes"])])
     lines.append(f"{'NODE':<{width}}  {'VERDICT':<12}  {'SCORE':>9}  REASON / SCORE PARTS")
     for n in report["nodes"]:
         score = "-" if n["score"] is None else f"{n['score']:.4f}"
         why = n["reason"] or "  ".join(f"{name} {value:+.3f}" for name, value in n["parts"].items())
         lines.append(f"{n['node']:<{width}}  {n['verdict']:<12}  {score:>9}  {why}".rstrip())
-    return "\n".join(lines) + "\n"
+    return "\n".join(line for line in lines if line) + "\n"
+
+
+def why_text(report: dict[str, Any]) -> str:
+    """One line: why the chosen node beat the runner-up ("" when nothing was chosen)."""
+    if not report["chosen"]:
+        return ""
+    second = report["runner_up"]
+    if second is None:
+        return f"why: {report['chosen']} is the only feasible node"
+    if second["margin"] <= 0.0:
+        return f"why: {report['chosen']} ties with {second['node']} on score; the fixed node order decided"
+    shown = [(name, diff) for name, diff in second["differences"].items() if abs(diff) >= 5e-4]
+    detail = " (" + ", ".join(f"{name} {diff:+.3f}" for name, diff in shown) + ")" if shown else ""
+    decided = f"; {second['deciding_part']} made the difference" if second["deciding_part"] else ""
+    return f"why: {report['chosen']} beat {second['node']} by {second['margin']:.4f}{detail}{decided}"

@@ -33,9 +33,9 @@ def _port(text: str) -> int:
     return port
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "gpupack") -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(prog="gpupack", description="GPU-aware kube-scheduler extender")
+    parser = argparse.ArgumentParser(prog=prog, description="GPU-aware kube-scheduler extender")
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the scheduler extender HTTP service")
@@ -68,9 +68,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--throughput", action="store_true", help="only the real kube-scheduler throughput (needs ../shared/kube, etcd)"
     )
 
-    explain = sub.add_parser("explain", help="why a pod would go where")
-    explain.add_argument("--cluster-file", required=True, help="YAML/JSON list of Node and Pod objects")
-    explain.add_argument("--pod", required=True, help="YAML/JSON file holding the Pod to place")
+    explain = sub.add_parser("explain", help="why a pod would go where (a live cluster, or a cluster file)")
+    explain.add_argument("pod_ref", nargs="?", metavar="POD", help="NAMESPACE/NAME (or NAME) of the pod; same as --pod")
+    explain.add_argument(
+        "--pod", help="live cluster: NAMESPACE/NAME or NAME; with --cluster-file: a YAML/JSON file holding one Pod"
+    )
+    explain_source = explain.add_mutually_exclusive_group()
+    explain_source.add_argument("--cluster-file", help="YAML/JSON list of Node and Pod objects instead of a cluster")
+    explain_source.add_argument(
+        "--kubeconfig", help="kubeconfig path (default: $KUBECONFIG, else ~/.kube/config, else in-cluster config)"
+    )
+    explain.add_argument("-n", "--namespace", help="namespace of a pod given as NAME (default: the context's)")
     explain.add_argument("--config", help="policy config YAML")
     explain.add_argument("--json", action="store_true", help="print JSON")
 
@@ -104,9 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "gpupack") -> int:
     """Entry point of the `gpupack` console script."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     if args.command == "serve":
         from gpupack.extender.service import serve
 
@@ -134,6 +142,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gpupack.extender.explain import run as run_explain
 
     return run_explain(args)
+
+
+def kubectl_main() -> int:
+    """Entry point of the `kubectl-gpupack` console script: kubectl runs it for `kubectl gpupack ...`
+    (a kubectl plugin is any `kubectl-<name>` program on PATH), e.g. `kubectl gpupack explain ns/pod`."""
+    return main(sys.argv[1:], prog="kubectl gpupack")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,149 @@
+"""Where `gpupack explain` reads the cluster and the pod: a cluster file and a one-pod file, or a live cluster.
+
+Both fill a `ClusterState` through the very events the extender applies: the cluster file through
+`ClusterFileSource`, a live cluster through the list calls and event mapping of
+`KubernetesSource` (`node_spec` / `pod_spec`: same requests, same live-pod rule). The pod being
+explained is left out of the cluster in both, so a bound pod is explained as if it were placed now,
+its own GPUs free again.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes import config as kube_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+from urllib3.exceptions import HTTPError
+
+from gpupack.extender.settings import Settings
+from gpupack.extender.sources import (
+    ClusterFileSource,
+    Event,
+    EventHandler,
+    JsonObject,
+    KubeApi,
+    OfficialKubeApi,
+    PodUpserted,
+    SourceError,
+    Synced,
+    load_cluster_objects,
+    load_kube_config,
+    pod_is_terminal,
+    pod_key,
+)
+from gpupack.extender.sources.kubernetes_source import node_spec, pod_spec
+from gpupack.extender.state import ClusterState
+
+IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+@dataclass
+class Loaded:
+    """The cluster without the pod, the pod, and where both came from (for the report)."""
+
+    state: ClusterState
+    pod: JsonObject
+    source: str
+
+
+def load_from_files(settings: Settings, cluster_file: str, pod_file: str) -> Loaded:
+    """The cluster file (minus the pod, when it holds it) and the one Pod of `pod_file`."""
+    pod = load_pod_file(pod_file)
+    state = ClusterState(settings)
+    ClusterFileSource(cluster_file, _without(pod_key(pod), state)).start()
+    return Loaded(state, pod, f"cluster file {cluster_file}")
+
+
+def load_pod_file(path: str) -> JsonObject:
+    """The one Pod in a YAML/JSON file; SourceError otherwise."""
+    pods = load_cluster_objects(path).pods
+    if len(pods) != 1:
+        raise SourceError(f"{path}: expected exactly one Pod, found {len(pods)}")
+    return pods[0]
+
+
+def load_from_cluster(settings: Settings, kubeconfig: str | None, ref: str, namespace: str | None) -> Loaded:
+    """The live cluster of `kubeconfig` (see `kubeconfig_path`) and its pod `ref` (NAMESPACE/NAME, or
+    NAME in `namespace`, else the kubeconfig context's namespace, else `default`)."""
+    path = kubeconfig_path(kubeconfig)
+    key = pod_ref_key(ref, namespace or context_namespace(path))
+    api = OfficialKubeApi(load_kube_config(path), request_timeout=30.0)
+    state, pod = load_live(settings, api, key)
+    return Loaded(state, pod, f"cluster of {path or 'the in-cluster service account'}")
+
+
+def load_live(settings: Settings, api: KubeApi, key: str) -> tuple[ClusterState, JsonObject]:
+    """One list of Nodes and one of Pods, applied as `KubernetesSource` applies its first lists; the
+    pod `key` (`namespace/name`) is returned instead of applied. SourceError when it is missing or done."""
+    state = ClusterState(settings)
+    apply = _without(key, state)
+    found: JsonObject | None = None
+    for spec in (node_spec(api), pod_spec(api)):
+        try:
+            listing = spec.list()
+        except (ApiException, HTTPError, OSError) as exc:
+            raise SourceError(f"cannot list {spec.kind}s: {_api_reason(exc)}") from None
+        for obj in listing.items:
+            if spec.kind == "Pod" and spec.key(obj) == key:
+                found = obj
+            if spec.live(obj):
+                apply(spec.upserted(obj))
+    apply(Synced())
+    if found is None:
+        raise SourceError(f"pod {key} not found")
+    if pod_is_terminal(found):
+        phase = (found.get("status") or {}).get("phase")
+        raise SourceError(f"pod {key} has finished ({phase}): it holds and needs no GPU")
+    return state, found
+
+
+def kubeconfig_path(given: str | None) -> str | None:
+    """The kubeconfig kubectl would use: `given`, else $KUBECONFIG, else ~/.kube/config when it exists;
+    None (the in-cluster service account) otherwise."""
+    if given:
+        return given
+    if os.environ.get("KUBECONFIG"):
+        return os.environ["KUBECONFIG"]
+    default = Path("~/.kube/config").expanduser()
+    return str(default) if default.is_file() else None
+
+
+def context_namespace(kubeconfig: str | None) -> str | None:
+    """The namespace of the kubeconfig's current context (in-cluster: the pod's own), if it names one."""
+    if kubeconfig is None:
+        try:
+            return IN_CLUSTER_NAMESPACE.read_text().strip() or None
+        except OSError:
+            return None
+    try:
+        _, current = kube_config.list_kube_config_contexts(config_file=kubeconfig)
+    except (ConfigException, OSError, TypeError, KeyError):
+        return None  # load_kube_config reports an unusable kubeconfig
+    return (current or {}).get("context", {}).get("namespace") or None
+
+
+def pod_ref_key(ref: str, namespace: str | None) -> str:
+    """`namespace/name` of a pod given as NAMESPACE/NAME, or as NAME (in `namespace`, else default)."""
+    if ref.count("/") > 1 or not all(ref.split("/")):
+        raise SourceError(f"pod {ref!r}: expected NAMESPACE/NAME or NAME")
+    return ref if "/" in ref else f"{namespace or 'default'}/{ref}"
+
+
+def _without(key: str, state: ClusterState) -> EventHandler:
+    """`state.apply`, leaving out every event about the pod `key` (a bound pod does not crowd itself)."""
+
+    def apply(event: Event) -> None:
+        if isinstance(event, PodUpserted) and event.key == key:
+            return
+        state.apply(event)
+
+    return apply
+
+
+def _api_reason(exc: Exception) -> str:
+    if isinstance(exc, ApiException):
+        return f"HTTP {exc.status} {exc.reason}"
+    return str(exc) or type(exc).__name__
