@@ -44,7 +44,7 @@ print(sorted(name for name in sys.modules if name.startswith("gpupack")))
 @pytest.mark.slow
 def test_the_wheel_holds_only_the_gpupack_package(tmp_path: Path) -> None:
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), ROOT],
         check=True,
         capture_output=True,
     )
