@@ -35,6 +35,10 @@ because a partial picture could hand out a GPU that a not-yet-listed pod holds.
 
 One `threading.RLock` serialises every decision and every event application. `bind` holds it only
 to check and mark the reservation, not during the Kubernetes API writes.
+
+Events on pods (extender.pod_events): a bind puts an `Assigned` event on the pod, and a pod whose
+filters or binds keep failing gets a `FailedAssignment` warning with the reason; both are queued and
+written by a thread of their own, so they never hold the lock or wait for the API.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from gpupack.extender.inline import leave_the_loop_if_heavy
 from gpupack.extender.keys import ANNOTATION_ASSIGNMENT
 from gpupack.extender.node_facts import NodeFactsError, facts_from_node, node_is_schedulable, node_name
 from gpupack.extender.node_usage import NodeUsageBook, read_node_usage
+from gpupack.extender.pod_events import PodEvents, PodRef, no_node_note
 from gpupack.extender.pod_request import (
     AssignmentError,
     UnreadableCharge,
@@ -107,6 +112,10 @@ class BindFailure(StrEnum):
     NO_FIT = "no-fit"  # re-decided at bind and no longer fits
     NO_WRITER = "no-writer"  # no cluster connection
     BINDING = "binding"  # the API server refused or failed the Binding
+
+
+# Refused binds that say nothing about whether the pod can be placed: no Warning event on the pod.
+NOT_THE_PODS_FAILURE = frozenset({BindFailure.IN_PROGRESS, BindFailure.ALREADY_BOUND, BindFailure.NAME_MISMATCH})
 
 
 class BindError(GpupackError):
@@ -176,8 +185,29 @@ class Snapshot:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _seen_bytes(uid: str, key: str, request: PodRequest) -> int:
-    """About what one `_seen` entry holds: its strings and a fixed overhead per object."""
+@dataclass(frozen=True)
+class BoundPod:
+    """What the state holds for one bound pod (a copy: changing it changes nothing)."""
+
+    uid: str
+    key: str
+    node: str
+    placement: Placement | None
+    how: PlacedBy
+    claimed: Placement | None  # its own valid gpupack.io/assignment, if any
+    unreadable: bool  # its request cannot be read: it is charged all it can be using
+
+
+@dataclass(frozen=True)
+class RememberedRequests:
+    """The requests kept between filter and bind, as a copy."""
+
+    entries: dict[str, tuple[str, PodRequest]]  # identity -> (key, request), the oldest first
+    bytes: int  # request_bytes() summed over the entries, bounded by SEEN_BYTES_LIMIT
+
+
+def request_bytes(uid: str, key: str, request: PodRequest) -> int:
+    """About what one remembered request holds: its strings and a fixed overhead per object."""
     products = request.allowed_products or ()
     return 512 + len(uid) + len(key) + sum(64 + len(product) for product in products)
 
@@ -200,6 +230,7 @@ class ClusterState:
         self.book = ReservationBook(settings.reservation_ttl_seconds, clock)
         self.node_usage = NodeUsageBook(self.inventory)  # gpupack.io/devices-in-use, from gpupack agent
         self.writer: ClusterWriter | None = None
+        self.events = PodEvents(lambda: self.writer, clock)  # Events on pods, written through the writer
         self._prices = settings.price_table()
         self._bad: dict[str, str] = {}
         self._unschedulable: set[str] = set()
@@ -208,7 +239,7 @@ class ClusterState:
         self._unplaced: set[str] = set()
         self._unreadable: set[str] = set()  # bound pods charged conservatively (UnreadableCharge)
         self._seen: OrderedDict[str, tuple[str, PodRequest]] = OrderedDict()
-        self._seen_bytes = 0  # _seen_bytes() summed over _seen
+        self._seen_bytes = 0  # request_bytes() summed over _seen
         self._pending: OrderedDict[str, tuple[str, PodRequest]] = OrderedDict()  # unbound GPU pods
         self._synced = False
         self._warm = False
@@ -411,6 +442,7 @@ class ClusterState:
         self._pending.move_to_end(uid)
 
     def _pod_deleted(self, uid: str) -> None:
+        self.events.forget(uid)
         self._forget_seen(uid)
         self._pending.pop(uid, None)
         self._release(self.book.forget(uid, "pod deleted"))
@@ -559,7 +591,7 @@ class ClusterState:
         if uid not in self._seen:
             self.engine.observe(request)
         self._forget_seen(uid)
-        size = _seen_bytes(uid, key, request)
+        size = request_bytes(uid, key, request)
         while self._seen and (len(self._seen) >= SEEN_LIMIT or self._seen_bytes + size > SEEN_BYTES_LIMIT):
             self._forget_seen(next(iter(self._seen)))  # the oldest first
         self._seen[uid] = (key, request)
@@ -569,7 +601,7 @@ class ClusterState:
     def _forget_seen(self, uid: str) -> None:
         seen = self._seen.pop(uid, None)
         if seen is not None:
-            self._seen_bytes -= _seen_bytes(uid, *seen)
+            self._seen_bytes -= request_bytes(uid, *seen)
 
     def _split(self, candidates: Sequence[str] | NameArray) -> tuple[np.ndarray, dict[str, str]]:
         """The candidates gpupack can place on, as a mask over inventory rows, and the others with why
@@ -611,7 +643,9 @@ class ClusterState:
                 uid, key, request = self._request(pod)
             except RequestError as exc:
                 self.decisions["bad-request", "invalid pod request"] += 1
-                return answer(None, {}, dict.fromkeys(_names(candidates), str(exc)))
+                reason = str(exc)
+                self.events.failed(PodRef.of(pod), lambda: f"the pod's request cannot be placed: {reason}")
+                return answer(None, {}, dict.fromkeys(_names(candidates), reason))
             known, unresolvable = self._split(candidates)
             bound = self._pods.get(uid)
             if bound is not None:
@@ -631,6 +665,7 @@ class ClusterState:
             if placement is None:
                 failed = self._failed_nodes(known, -1, decision)
                 self.decisions["unschedulable", _main_reason(failed, unresolvable)] += 1
+                self.events.failed(PodRef.of(pod), lambda: no_node_note(failed, unresolvable))
                 self._log(key, None, None, started, decision.rows.size)
                 return answer(None, failed, unresolvable)
             chosen = self.inventory.index[placement.node]
@@ -661,12 +696,16 @@ class ClusterState:
         with self.lock:
             self._expire()
             evaluation = self._evaluate(pod, candidates)
-            if evaluation.decision is None:
+            decision = evaluation.decision
+            if decision is None:
                 self.decisions["bad-request", "invalid pod request"] += 1
+                self.events.failed(PodRef.of(pod), lambda: f"the pod's request cannot be placed: {evaluation.error}")
                 return [], {}, evaluation.unresolvable
-            passed = list(evaluation.decision.feasible_scores())
+            passed = list(decision.feasible_scores())
             self.decisions["feasible" if passed else "unschedulable", ""] += 1
-            return passed, evaluation.decision.reasons(), evaluation.unresolvable
+            if not passed:
+                self.events.failed(PodRef.of(pod), lambda: no_node_note(decision.reasons(), evaluation.unresolvable))
+            return passed, decision.reasons(), evaluation.unresolvable
 
     def scores_for_prioritize(self, pod: Mapping[str, Any], candidates: Sequence[str]) -> list[tuple[str, int]]:
         """Every candidate with a score 0..10: best = 10, linear min-max of feasible scores, infeasible 0.
@@ -734,9 +773,13 @@ class ClusterState:
             with self.lock:
                 self.bind_failures[exc.kind] += 1
             logger.warning("bind %s to %s failed: %s", key, node, exc.reason)
+            if exc.kind not in NOT_THE_PODS_FAILURE:
+                reason = exc.reason
+                self.events.failed(PodRef(namespace, name, uid), lambda: f"bind to {node} failed: {reason}")
             raise
         with self.lock:
             self.book.finish_bind(ident)
+        self.events.assigned(PodRef(namespace, name, uid), placement)  # queued: never waits for the API
 
     def _reservation_for_bind(self, ident: str, key: str, node: str) -> Reservation:
         reservation = self.book.get(ident)
@@ -814,6 +857,19 @@ class ClusterState:
             held = {uid: r.placement for uid, r in self._pods.items() if r.placement is not None}
             held.update({r.uid: r.placement for r in self.book.live()})
             return held
+
+    def bound_pods(self) -> dict[str, BoundPod]:
+        """Every bound pod the state accounts for, by identity (copies)."""
+        with self.lock:
+            return {
+                uid: BoundPod(uid, r.key, r.node, r.placement, r.how, r.claimed, r.unreadable is not None)
+                for uid, r in self._pods.items()
+            }
+
+    def remembered_requests(self) -> RememberedRequests:
+        """The requests kept for binds (bounded in count and bytes), as a copy."""
+        with self.lock:
+            return RememberedRequests(dict(self._seen), self._seen_bytes)
 
     def bad_nodes(self) -> dict[str, str]:
         """Nodes kept out of the inventory, with why."""

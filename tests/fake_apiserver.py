@@ -7,7 +7,9 @@ that log from the requested resourceVersion and block for new entries, like the 
 was), `compact()` also forgets history so that re-watch gets 410 Gone (the source relists),
 `pause()`/`resume()` hold back watch delivery (a lagging informer), and `fail_binding` /
 `bind_then_fail` make the binder's one write (the Binding with the assignment annotation) fail.
-`patch_pod_annotations` is a user's edit, not a binder's write.
+`patch_pod_annotations` is a user's edit, not a binder's write. Events on pods (events.k8s.io/v1)
+are kept in `events` by namespace/name, created and merge-patched as the API server would (409 when
+the name exists, 404 when it does not); `fail_events` makes those writes fail.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class FakeApiServer:
         self.list_calls = dict.fromkeys(KINDS, 0)
         self.fail_binding: WriteFault | None = None
         self.bind_then_fail: WriteFault | None = None  # the Binding is created, then the call fails
+        self.events: dict[str, JsonObject] = {}  # events.k8s.io/v1 Events by namespace/name
+        self.fail_events: WriteFault | None = None
         for obj in nodes:
             self.put_node(obj)
         for obj in pods:
@@ -168,6 +172,31 @@ class FakeApiServer:
             pod["metadata"]["annotations"] = {**(pod["metadata"].get("annotations") or {}), **annotations}
             self._record("Pod", "MODIFIED", pod)
             self._fault(self.bind_then_fail, namespace, name)
+
+    def create_event(self, namespace: str, event: JsonObject) -> None:
+        """Create an Event; 409 when one of that name exists."""
+        with self.cond:
+            name = event["metadata"]["name"]
+            self._fault(self.fail_events, namespace, name)
+            if f"{namespace}/{name}" in self.events:
+                raise ApiException(status=409, reason=f'events.events.k8s.io "{name}" already exists')
+            self.events[f"{namespace}/{name}"] = copy.deepcopy(event)
+
+    def patch_event(self, namespace: str, name: str, patch: JsonObject) -> None:
+        """Merge-patch an Event's top-level fields; 404 when it does not exist."""
+        with self.cond:
+            self._fault(self.fail_events, namespace, name)
+            event = self.events.get(f"{namespace}/{name}")
+            if event is None:
+                raise ApiException(status=404, reason=f'events.events.k8s.io "{name}" not found')
+            event.update(copy.deepcopy(patch))
+
+    def events_on(self, key: str) -> list[JsonObject]:
+        """Copies of the Events regarding the pod `key` (namespace/name), in creation order."""
+        namespace, name = key.split("/", 1)
+        with self.cond:
+            found = [e for e in self.events.values() if e["metadata"]["namespace"] == namespace]
+            return copy.deepcopy([e for e in found if e["regarding"]["name"] == name])
 
     # -- internals --------------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """Bounds on the work and memory one request can cause (#13 item 3): candidates per call, identifier
-lengths, answer size, heavy bodies in flight, work whose answer is no longer wanted, `_seen` in bytes."""
+lengths, answer size, heavy bodies in flight, work whose answer is no longer wanted, remembered requests in bytes."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from gpupack.extender import state as state_module
 from gpupack.extender import verbs
 from gpupack.extender.app import create_app
 from gpupack.extender.settings import Settings
-from gpupack.extender.state import SEEN_LIMIT
+from gpupack.extender.state import SEEN_LIMIT, request_bytes
 from gpupack.extender.wire import MAX_REASON_CHARS
 from tests.extender_helpers import L4, node, pod, state_from
 
@@ -81,7 +81,7 @@ def test_overlong_pod_identifiers_get_400_naming_the_field(client: TestClient, s
     answer = client.post(f"/{verb}", content=names_last(pod_obj, NODES))
     assert answer.status_code == 400
     assert answer.json()["Error"] == reason
-    assert not state._seen  # nothing of it is kept
+    assert state.remembered_requests().entries == {}  # nothing of it is kept
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -179,7 +179,7 @@ def test_work_past_its_deadline_stops_after_parsing(state, verb) -> None:
     with pytest.raises(verbs.Abandoned, match="the deadline passed before") as raised:
         verb(*args, names_last(pod("p", gpus=1), NODES), late)
     assert not raised.value.caller_gone
-    assert not state._seen  # not even the request was looked at
+    assert state.remembered_requests().entries == {}  # not even the request was looked at
 
 
 def test_seen_is_bounded_in_bytes(monkeypatch, state) -> None:
@@ -191,7 +191,8 @@ def test_seen_is_bounded_in_bytes(monkeypatch, state) -> None:
         affinity = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
         heavy["spec"]["affinity"] = {"nodeAffinity": affinity}
         state.scores_for_prioritize(heavy, NODES)
-    assert state._seen_bytes <= 64 << 10
-    assert state._seen_bytes == sum(state_module._seen_bytes(uid, *seen) for uid, seen in state._seen.items())
-    assert 1 <= len(state._seen) < 50 < SEEN_LIMIT
-    assert "uid-default-p49" in state._seen  # the newest are kept
+    remembered = state.remembered_requests()
+    assert remembered.bytes <= 64 << 10
+    assert remembered.bytes == sum(request_bytes(uid, *seen) for uid, seen in remembered.entries.items())
+    assert 1 <= len(remembered.entries) < 50 < SEEN_LIMIT
+    assert list(remembered.entries)[-1] == "uid-default-p49"  # the newest are kept

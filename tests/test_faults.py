@@ -21,6 +21,7 @@ import random
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -56,89 +57,107 @@ def burst_pod(i: int, rng: random.Random) -> dict:
     return pod(f"s{i}", milli=rng.choice([100, 300, 500]))
 
 
-def test_watch_drops_and_410_mid_burst_converge_to_a_rebuild(extenders: list[Extender]) -> None:
-    rng = random.Random(5)
-    clock = FakeClock()
-    server = FakeApiServer(burst_nodes(), [burst_pod(i, rng) for i in range(60)])
-    extender = launch(extenders, server, clock=clock)
-    names = [n["metadata"]["name"] for n in burst_nodes()]
-    work: queue.Queue[str | None] = queue.Queue()
-    for key in list(server.pods):
-        work.put(key)
-    outcomes: Counter[str] = Counter()
-    faults: Counter[str] = Counter()
-    bound: list[str] = []
-    lock = threading.Lock()
+@dataclass
+class Burst:
+    """kube-scheduler's workers and the rest of the cluster, racing on one extender and API server."""
 
-    def scheduler() -> None:  # kube-scheduler: filter, then bind to the chosen node
-        while (key := work.get()) is not None:
+    extender: Extender
+    rng: random.Random
+    work: queue.Queue[str | None] = field(default_factory=queue.Queue)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    faults: Counter[str] = field(default_factory=Counter)
+    bound: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def server(self) -> FakeApiServer:
+        return self.extender.server
+
+    def scheduler(self, names: list[str]) -> None:
+        """One kube-scheduler worker: filter, then bind to the chosen node, until told to stop (None)."""
+        while (key := self.work.get()) is not None:
             try:
-                chosen = extender.filter(key, rng.sample(names, len(names)))
+                chosen = self.extender.filter(key, self.rng.sample(names, len(names)))
             except KeyError:
-                outcomes["deleted before filter"] += 1
+                self.outcomes["deleted before filter"] += 1
                 continue
             if chosen is None:
-                outcomes["unschedulable"] += 1
+                self.outcomes["unschedulable"] += 1
                 continue
             try:
-                extender.bind(key, chosen)
+                self.extender.bind(key, chosen)
             except (BindError, KeyError):
-                outcomes["bind refused"] += 1
+                self.outcomes["bind refused"] += 1
                 continue
-            with lock:
-                outcomes["bound"] += 1
-                bound.append(key)
+            with self.lock:
+                self.outcomes["bound"] += 1
+                self.bound.append(key)
 
-    def chaos(stop: threading.Event) -> None:  # the API server and the rest of the cluster
-        n = 60
+    def chaos(self, stop: threading.Event) -> None:
+        """The API server and the rest of the cluster: dropped watches, 410s, deletions, new pods."""
+        n, rng, server = 60, self.rng, self.server
         while not stop.is_set():
             roll = rng.random()
             if roll < 0.2:
                 server.drop_watches()
-                faults["drop"] += 1
+                self.faults["drop"] += 1
             elif roll < 0.3:
                 server.compact()
-                faults["410"] += 1
-            elif roll < 0.6 and bound:
-                with lock:
-                    victim = bound.pop(rng.randrange(len(bound)))
+                self.faults["410"] += 1
+            elif roll < 0.6 and self.bound:
+                with self.lock:
+                    victim = self.bound.pop(rng.randrange(len(self.bound)))
                 server.delete_pod(victim)
-                faults["delete bound"] += 1
+                self.faults["delete bound"] += 1
             elif roll < 0.7:
                 server.delete_pod(rng.choice(list(server.pods)))  # maybe between its filter and bind
-                faults["delete any"] += 1
+                self.faults["delete any"] += 1
             else:
                 obj = burst_pod(n, rng)
                 server.put_pod(obj)
-                work.put(f"default/{obj['metadata']['name']}")
+                self.work.put(f"default/{obj['metadata']['name']}")
                 n += 1
             time.sleep(rng.uniform(0.0005, 0.003))
 
-    stop = threading.Event()
-    chaos_thread = threading.Thread(target=chaos, args=(stop,))
-    workers = [threading.Thread(target=scheduler) for _ in range(4)]
-    chaos_thread.start()
-    for worker in workers:
-        worker.start()
-    time.sleep(1.5)
-    stop.set()
-    chaos_thread.join()
-    for _ in workers:
-        work.put(None)
-    for worker in workers:
-        worker.join(30)
-        assert not worker.is_alive()
+    def run(self, names: list[str], seconds: float, workers: int = 4) -> None:
+        """Schedule every pod of the server and what chaos adds for `seconds`, then drain the workers."""
+        for key in list(self.server.pods):
+            self.work.put(key)
+        stop = threading.Event()
+        chaos_thread = threading.Thread(target=self.chaos, args=(stop,))
+        threads = [threading.Thread(target=self.scheduler, args=(names,)) for _ in range(workers)]
+        chaos_thread.start()
+        for thread in threads:
+            thread.start()
+        time.sleep(seconds)
+        stop.set()
+        chaos_thread.join()
+        for _ in threads:
+            self.work.put(None)
+        for thread in threads:
+            thread.join(30)
+            assert not thread.is_alive()
 
+
+def test_watch_drops_and_410_mid_burst_converge_to_a_rebuild(extenders: list[Extender]) -> None:
+    rng = random.Random(5)
+    clock = FakeClock()
+    server = FakeApiServer(burst_nodes(), [burst_pod(i, rng) for i in range(60)])
+    burst = Burst(launch(extenders, server, clock=clock), rng)
+    burst.run([n["metadata"]["name"] for n in burst_nodes()], seconds=1.5)
+
+    faults, outcomes = burst.faults, burst.outcomes
     assert faults["drop"] > 5 and faults["410"] > 2 and outcomes["bound"] > 20, (faults, outcomes)
     assert server.list_calls["Pod"] > 1  # the 410s made the source relist
     # A pod created and deleted while a watch was down was never seen by the source: its hold ends
     # by TTL (not bound yet) or at the next relist (bound). Let both happen, then compare.
+    extender = burst.extender
     clock.advance(extender.settings.reservation_ttl_seconds + 1)
     extender.relist()
     extender.state.snapshot()
     rebuilt = extender.assert_matches_rebuild()
-    assert all(r.how in ("assignment", "reservation") for r in extender.state._pods.values())
-    assert {r.how for r in rebuilt._pods.values()} <= {"assignment"}
+    assert all(p.how in ("assignment", "reservation") for p in extender.state.bound_pods().values())
+    assert {p.how for p in rebuilt.bound_pods().values()} <= {"assignment"}
 
 
 # --- extender restart between filter and bind ----------------------------------------------------------

@@ -29,7 +29,7 @@ GPU1 = {"node": "a", "gpus": [{"index": 1}]}
 def held(state: ClusterState) -> dict[str, tuple[str, tuple[GpuSlot, ...]] | None]:
     """pod name -> (node, slots) it holds (None: nothing), bound pods and reservations alike."""
     out: dict[str, tuple[str, tuple[GpuSlot, ...]] | None] = {}
-    for record in state._pods.values():
+    for record in state.bound_pods().values():
         out[record.key.split("/")[1]] = (record.placement.node, record.placement.slots) if record.placement else None
     for reservation in state.book.live():
         out[reservation.key.split("/")[1]] = (reservation.node, reservation.placement.slots)
@@ -121,7 +121,7 @@ def test_annotation_forged_just_before_the_binding_is_overwritten_by_it(extender
     mine = held(extender.state)
     assert mine["owner"] == ("a", (GpuSlot(0),))  # the capacity in use stays with its owner
     assert mine["p"] is not None and mine["p"][1] != (GpuSlot(0),)
-    assert extender.state._pods["uid-default-p"].how == "reservation"
+    assert extender.state.bound_pods()["uid-default-p"].how == "reservation"
     extender.assert_matches_rebuild()
 
 

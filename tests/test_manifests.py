@@ -34,6 +34,7 @@ EXTENDER_RULES = {  # what extender/sources/kube_api.py calls (tests/test_rbac_u
     *{("", "nodes", verb) for verb in ("list", "watch")},
     *{("", "pods", verb) for verb in ("list", "watch")},
     ("", "pods/binding", "create"),
+    *{("events.k8s.io", "events", verb) for verb in ("create", "patch")},
 }
 
 

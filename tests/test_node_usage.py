@@ -21,7 +21,7 @@ def _node(gpus: int = 4, mig: str | None = None, **in_use: object) -> dict:
 
 
 def _held(state) -> dict[str, tuple[GpuSlot, ...]]:
-    return {record.key: record.placement.slots for record in state._pods.values() if record.placement}
+    return {record.key: record.placement.slots for record in state.bound_pods().values() if record.placement}
 
 
 def test_the_annotation_is_read_into_slots() -> None:

@@ -1,10 +1,11 @@
 """The gpupack-extender ClusterRole grants exactly the API calls the extender's code makes.
 
-The calls are read from the code, not listed by hand: every `self._core.<method>` of
-extender/sources/kube_api.py is resolved through the installed Kubernetes client to its HTTP method
-and path (`CoreV1Api._<method>_serialize`), which gives the RBAC (apiGroup, resource, verb); a list
-method handed to `self._watch` is the `watch` verb. Any other Kubernetes API object constructed
-anywhere under extender/ would bypass that scan, so the test refuses it too.
+The calls are read from the code, not listed by hand: every `self._core.<method>` (CoreV1Api) and
+`self._events.<method>` (EventsV1Api) of extender/sources/kube_api.py is resolved through the
+installed Kubernetes client to its HTTP method and path (`<Api>._<method>_serialize`), which gives
+the RBAC (apiGroup, resource, verb); a list method handed to `self._watch` is the `watch` verb. Any
+other Kubernetes API object constructed anywhere under extender/ would bypass that scan, so the test
+refuses it too.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ RBAC = ROOT / "manifests" / "rbac.yaml"
 
 _SERIALIZE = re.compile(r"method='(?P<method>[A-Z]+)',\s*resource_path='(?P<path>[^']+)'")
 _VERBS = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
+CLIENTS = {"_core": client.CoreV1Api, "_events": client.EventsV1Api}  # attribute of OfficialKubeApi -> its class
 
 
-def rbac_of(api_method: str, watched: bool) -> tuple[str, str, str]:
-    """(apiGroup, resource[/subresource], verb) of one CoreV1Api method, from its HTTP method and path."""
-    source = inspect.getsource(getattr(client.CoreV1Api, f"_{api_method}_serialize"))
+def rbac_of(api_method: str, watched: bool, api: type = client.CoreV1Api) -> tuple[str, str, str]:
+    """(apiGroup, resource[/subresource], verb) of one method of `api`, from its HTTP method and path."""
+    source = inspect.getsource(getattr(api, f"_{api_method}_serialize"))
     match = _SERIALIZE.search(source)
-    assert match, f"cannot read the HTTP call of CoreV1Api.{api_method}"
+    assert match, f"cannot read the HTTP call of {api.__name__}.{api_method}"
     parts = match["path"].strip("/").split("/")
     group = "" if parts[0] == "api" else parts[1]
     rest = parts[2:] if parts[0] == "api" else parts[3:]
@@ -51,8 +53,9 @@ def calls_in_code() -> set[tuple[str, str, str]]:
         if isinstance(node, ast.Call) and _is_self_attr(node.func, "_watch"):
             watched.update(id(arg) for arg in node.args)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and _is_self_attr(node.value, "_core"):
-            used.add(rbac_of(node.attr, id(node) in watched))
+        for attribute, api in CLIENTS.items():
+            if isinstance(node, ast.Attribute) and _is_self_attr(node.value, attribute):
+                used.add(rbac_of(node.attr, id(node) in watched, api))
     return used
 
 
@@ -84,6 +87,8 @@ def test_the_code_makes_the_calls_gpupack_needs() -> None:
         ("", "pods", "list"),
         ("", "pods", "watch"),
         ("", "pods/binding", "create"),
+        ("events.k8s.io", "events", "create"),
+        ("events.k8s.io", "events", "patch"),
     }
 
 
@@ -95,7 +100,7 @@ def test_cluster_role_grants_nothing_the_code_does_not_use() -> None:
 
 
 def test_no_other_kubernetes_api_client_in_the_extender() -> None:
-    """Only kube_api.py talks to the API server, and only through CoreV1Api."""
+    """Only kube_api.py talks to the API server, and only through CoreV1Api and EventsV1Api."""
     constructed: dict[str, set[str]] = {}
     for path in (ROOT / "extender").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -103,7 +108,7 @@ def test_no_other_kubernetes_api_client_in_the_extender() -> None:
                 name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
                 if re.fullmatch(r"[A-Z]\w*V\d\w*Api|CustomObjectsApi|DynamicClient", name):
                     constructed.setdefault(str(path.relative_to(ROOT)), set()).add(name)
-    assert constructed == {"extender/sources/kube_api.py": {"CoreV1Api"}}
+    assert constructed == {"extender/sources/kube_api.py": set(api.__name__ for api in CLIENTS.values())}
 
 
 def test_rbac_of_reads_the_client() -> None:
@@ -112,3 +117,6 @@ def test_rbac_of_reads_the_client() -> None:
     assert rbac_of("read_namespaced_pod", watched=False) == ("", "pods", "get")
     assert rbac_of("create_namespaced_pod_binding", watched=False) == ("", "pods/binding", "create")
     assert rbac_of("create_namespaced_event", watched=False) == ("", "events", "create")
+    events = client.EventsV1Api
+    assert rbac_of("create_namespaced_event", watched=False, api=events) == ("events.k8s.io", "events", "create")
+    assert rbac_of("patch_namespaced_event", watched=False, api=events) == ("events.k8s.io", "events", "patch")

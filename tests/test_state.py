@@ -38,7 +38,7 @@ def example_state(extra_pods: list[dict] = (), **kw) -> ClusterState:
 
 
 def by_key(state: ClusterState) -> dict[str, object]:
-    return {record.key: record.placement for record in state._pods.values()}
+    return {record.key: record.placement for record in state.bound_pods().values()}
 
 
 def test_example_cluster_commits_assignments_and_accounts_the_foreign_gpu_pod() -> None:
@@ -52,7 +52,7 @@ def test_example_cluster_commits_assignments_and_accounts_the_foreign_gpu_pod() 
         assert held[key] is not None, key
         if text:
             assert held[key].to_assignment() == json.loads(text)
-    (foreign,) = [r for r in state._pods.values() if r.claimed is None]
+    (foreign,) = [r for r in state.bound_pods().values() if r.claimed is None]
     assert foreign.how == "first-fit" and foreign.node == "l4-spot-0"
     assert foreign.placement.slots == (GpuSlot(0),)
     assert state.unplaced() == []
@@ -83,7 +83,7 @@ def test_list_order_does_not_matter_before_sync() -> None:
 def test_assignment_naming_another_node_is_placed_first_fit_on_the_bound_node() -> None:
     forged = pod("forged", gpus=1, node_name="l4-od-0", assignment={"node": "l4-spot-1", "gpus": [{"index": 0}]})
     state = example_state([forged])
-    record = state._pods["uid-default-forged"]
+    record = state.bound_pods()["uid-default-forged"]
     assert record.claimed is None and record.how == "first-fit"
     assert record.placement.node == "l4-od-0"
     # l4-spot-1 stays free: the forged claim took nothing there
@@ -97,9 +97,9 @@ def test_assignment_claiming_a_gpu_in_use_never_double_books_or_frees() -> None:
     # llama-pretrain-3-worker-0 holds GPUs 4-7 of h100-spot-0
     forged = pod("forged", gpus=1, node_name="h100-spot-0", assignment={"node": "h100-spot-0", "gpus": [{"index": 5}]})
     state = example_state([forged])
-    record = state._pods["uid-default-forged"]
+    record = state.bound_pods()["uid-default-forged"]
     assert record.how == "first-fit" and record.placement.slots[0].index not in (4, 5, 6, 7)
-    llama = next(r for r in state._pods.values() if r.key.endswith("llama-pretrain-3-worker-0"))
+    llama = next(r for r in state.bound_pods().values() if r.key.endswith("llama-pretrain-3-worker-0"))
     assert [s.index for s in llama.placement.slots] == [4, 5, 6, 7]
     assert state.snapshot().gpus_allocated == pytest.approx(before + 1)
     assert_no_overlap(EXAMPLE.nodes, state.placements().values())
@@ -125,7 +125,7 @@ def test_forged_claim_on_a_full_node_holds_nothing_until_capacity_frees() -> Non
 
 
 def owner_placement(state: ClusterState):
-    return state._pods["uid-default-owner"].placement
+    return state.bound_pods()["uid-default-owner"].placement
 
 
 def test_cpu_only_pods_take_cpu_memory_and_a_pod_slot() -> None:
@@ -171,7 +171,7 @@ def test_expired_reservation_is_re_decided_at_bind_when_it_still_fits(tmp_path: 
     clock.advance(10)
     state.bind("default", "p1", "uid-default-p1", "a")
     assert state.snapshot().gpus_allocated == 1
-    assert state._pods["uid-default-p1"].how == "reservation"
+    assert state.bound_pods()["uid-default-p1"].how == "reservation"
 
 
 def test_confirm_does_not_double_count(tmp_path: Path) -> None:
@@ -266,7 +266,7 @@ def test_restart_rebuilds_the_same_state(tmp_path: Path) -> None:
     assert len(before) == len(pending)
     restarted = state_from(source.nodes, source.pods)
     assert restarted.placements() == before
-    assert all(r.how == "assignment" for r in restarted._pods.values())
+    assert all(r.how == "assignment" for r in restarted.bound_pods().values())
     assert restarted.snapshot().gpus_allocated == pytest.approx(state.snapshot().gpus_allocated)
 
 
@@ -410,7 +410,7 @@ def test_bound_pod_with_an_unreadable_request_is_charged_all_it_can_be_using(
     with caplog.at_level(logging.WARNING):
         state = state_from(nodes, [obj])
     key = f"default/{obj['metadata']['name']}"
-    (record,) = state._pods.values()
+    (record,) = state.bound_pods().values()
     assert record.how == "unreadable" and record.placement is not None
     row = state.inventory.index[node_name]
     assert state.inventory.node_pods_free[row] == 109

@@ -18,7 +18,14 @@ from gpupack.extender.sources.events import (
     pod_key,
 )
 from gpupack.extender.sources.file_source import ClusterFileSource, ClusterObjects, load_cluster_objects
-from gpupack.extender.sources.kube_api import ClusterWriter, KubeApi, ObjectList, OfficialKubeApi, load_kube_config
+from gpupack.extender.sources.kube_api import (
+    ClusterWriter,
+    EventWriter,
+    KubeApi,
+    ObjectList,
+    OfficialKubeApi,
+    load_kube_config,
+)
 from gpupack.extender.sources.kubernetes_source import Backoff, KubernetesSource
 
 __all__ = [
@@ -28,6 +35,7 @@ __all__ = [
     "ClusterWriter",
     "Event",
     "EventHandler",
+    "EventWriter",
     "JsonObject",
     "KubeApi",
     "KubernetesSource",

@@ -5,6 +5,7 @@ Accepted file shapes: a list of objects, a ``kind: List`` (or ``NodeList``/``Pod
 other kinds are skipped with a warning. Binds and annotation patches change the in-memory pods and emit
 ``PodUpserted`` like a watch would, and fail like the API server would (404 unknown pod, 409 uid
 mismatch or pod already bound), raising the client's ``ApiException``.
+Events on pods are not kept: they are logged.
 """
 
 from __future__ import annotations
@@ -164,6 +165,18 @@ class ClusterFileSource:
             metadata = pod.setdefault("metadata", {})
             metadata["annotations"] = {**(metadata.get("annotations") or {}), **annotations}
             self._changed(pod)
+
+    def create_event(self, namespace: str, event: JsonObject) -> None:
+        """A cluster file keeps no Events: the event is logged (one line, what `kubectl describe` would show)."""
+        regarding = event.get("regarding") or {}
+        logger.info(
+            "event %s %s on pod %s/%s: %s",
+            event.get("type"), event.get("reason"), namespace, regarding.get("name"), event.get("note"),
+        )  # fmt: skip
+
+    def patch_event(self, namespace: str, name: str, patch: JsonObject) -> None:
+        """A repeat of an event already logged: logged at debug level only."""
+        logger.debug("event %s/%s seen again: %s", namespace, name, patch.get("series"))
 
     def _get_pod(self, namespace: str, name: str) -> JsonObject:
         pod = self._pods.get(f"{namespace}/{name}")

@@ -1,7 +1,7 @@
 """The few Kubernetes API calls gpupack needs, behind a small protocol, and their real implementation.
 
-``KubeApi`` is everything the sources and the binder use; tests substitute a scripted fake.
-``OfficialKubeApi`` implements it over the official ``kubernetes`` client.
+``KubeApi`` is everything the sources, the binder and the pod events use; tests substitute a scripted
+fake. ``OfficialKubeApi`` implements it over the official ``kubernetes`` client.
 
 Why raw JSON instead of the client's models: lists are requested with ``_preload_content=False`` and
 parsed with orjson. A cluster can hold tens of thousands of pods; building the client's pydantic models
@@ -43,8 +43,20 @@ class ObjectList:
     resource_version: str = ""
 
 
-class ClusterWriter(Protocol):
-    """The one write the binder makes; a cluster file implements it in memory."""
+class EventWriter(Protocol):
+    """Events about pods (events.k8s.io/v1, extender.pod_events); a cluster file only logs them."""
+
+    def create_event(self, namespace: str, event: JsonObject) -> None:
+        """Create an events.k8s.io/v1 Event (its JSON, camelCase keys) in ``namespace``."""
+        ...
+
+    def patch_event(self, namespace: str, name: str, patch: JsonObject) -> None:
+        """Merge-patch the Event ``name`` (a series' count and last observed time)."""
+        ...
+
+
+class ClusterWriter(EventWriter, Protocol):
+    """The binder's one write and the events on pods; a cluster file implements them in memory."""
 
     def create_binding(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
         """Bind the pod to ``node`` and merge ``annotations`` into its own, in one write that happens
@@ -107,6 +119,7 @@ class OfficialKubeApi:
         read_grace: float = 30.0,
     ) -> None:
         self._core = client.CoreV1Api(api_client)
+        self._events = client.EventsV1Api(api_client)
         self._page_size = page_size
         self._connect_timeout = connect_timeout
         self._request_timeout = (connect_timeout, request_timeout)
@@ -146,6 +159,30 @@ class OfficialKubeApi:
             name,
             namespace,
             body,
+            _preload_content=False,
+            _request_timeout=self._request_timeout,
+        )
+        _drain(response)
+
+    def create_event(self, namespace: str, event: JsonObject) -> None:
+        """POST /apis/events.k8s.io/v1/namespaces/{namespace}/events (the response is not read)."""
+        body = client.EventsV1Event.from_dict(dict(event))
+        if body.event_time is not None and body.event_time.microsecond == 0:
+            # The client writes a datetime with isoformat(), which leaves out a zero fraction, and the
+            # API server's MicroTime wants exactly six digits: move such a time by one microsecond.
+            body.event_time = body.event_time.replace(microsecond=1)
+        response = self._events.create_namespaced_event(
+            namespace, body, _preload_content=False, _request_timeout=self._request_timeout
+        )
+        _drain(response)
+
+    def patch_event(self, namespace: str, name: str, patch: JsonObject) -> None:
+        """PATCH /apis/events.k8s.io/v1/namespaces/{namespace}/events/{name} as a JSON merge patch."""
+        response = self._events.patch_namespaced_event(
+            name,
+            namespace,
+            dict(patch),
+            _content_type="application/merge-patch+json",
             _preload_content=False,
             _request_timeout=self._request_timeout,
         )

@@ -123,7 +123,7 @@ class KubernetesSource:
 
     ``on_event`` is called from the source's threads, one event at a time (never concurrently), and
     must not block for long. If it raises, the error is logged and the kind is relisted after a backoff.
-    The source also forwards the binder's one write (``create_binding``) to the
+    The source also forwards the binder's one write (``create_binding``) and the events on pods to the
     API, so the service talks to one object whether it runs on a cluster or on a cluster file.
     """
 
@@ -198,6 +198,14 @@ class KubernetesSource:
     def create_binding(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
         """Forward to ``KubeApi.create_binding``."""
         self._api.create_binding(namespace, name, uid, node, annotations)
+
+    def create_event(self, namespace: str, event: JsonObject) -> None:
+        """Forward to ``KubeApi.create_event``."""
+        self._api.create_event(namespace, event)
+
+    def patch_event(self, namespace: str, name: str, patch: JsonObject) -> None:
+        """Forward to ``KubeApi.patch_event``."""
+        self._api.patch_event(namespace, name, patch)
 
     # -- used by the reflectors -------------------------------------------------------------------
 
