@@ -41,11 +41,13 @@ def render_html(report: dict[str, Any]) -> str:
         f"${report['unallocated_hourly_cost']:,.2f}/h on nodes without a GPU pod; "
         f"${report['drain_saves_hourly']:,.2f}/h could be released.</p>",
         "<h2>GPU pools</h2>",
+        "<h3>GPUs by pool: allocated (blue) and idle (orange)</h3>",
         bar_chart(
             "pools-gpus",
             [(_pool_name(p), [(p["gpus_allocated"], "allocated"), (p["idle_gpus"], "idle")]) for p in pools],
             "GPUs (blue allocated, orange idle)",
         ),
+        "<h3>Idle GPUs' cost by pool, $/h</h3>",
         bar_chart("pools-idle-cost", [(_pool_name(p), [(p["idle_hourly_cost"], "idle")]) for p in pools], "idle $/h"),
         html_table(
             "pools",

@@ -1,0 +1,106 @@
+"""Allocated but idle GPUs, from NVIDIA DCGM exporter's utilisation series in Prometheus (#16 item 4).
+
+dcgm-exporter publishes `DCGM_FI_DEV_GPU_UTIL` (percent) per GPU, or per MIG instance, with labels
+`gpu`, `UUID`, `device`, `modelName`, `Hostname` and, for GPUs a pod holds (from the kubelet's
+pod-resources API), `namespace`, `pod` and `container` (MIG: also `GPU_I_ID`, `GPU_I_PROFILE`).
+Scraped through a Service, Prometheus renames those three to `exported_namespace`, `exported_pod`
+and `exported_container` unless `honorLabels` is set: both spellings are read. A series with a pod
+of a pod the report sees holding GPUs is an allocated GPU (others, such as the exporter's own pod
+name on a GPU nobody holds, are only counted); it is idle when its average over the window is under
+the threshold.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+UTILISATION_METRIC = "DCGM_FI_DEV_GPU_UTIL"
+TIMEOUT_SECONDS = 30.0
+_WINDOW = re.compile(r"[0-9]+(ms|s|m|h|d|w|y)")
+
+
+class UtilisationError(ValueError):
+    """Prometheus could not be asked, or answered something unusable; says which and why."""
+
+
+def idle_gpus(prometheus: str, window: str, idle_below_pct: float, pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Allocated GPUs whose average utilisation over `window` is under `idle_below_pct`, by pod and
+    namespace; `pods` are the report's pods (`pod` "namespace/name", `node`), for the nodes."""
+    if not _WINDOW.fullmatch(window):
+        raise UtilisationError(f"--window {window!r} is not a Prometheus duration such as 30m, 1h or 7d")
+    series = query(prometheus, f"avg_over_time({UTILISATION_METRIC}[{window}])")
+    gpu_pods = {str(p["pod"]): str(p["node"]) for p in pods if p["gpus"] > 0}
+    idle: list[dict[str, Any]] = []
+    allocated = unknown = 0
+    for labels, value in series:
+        key = _pod_of(labels)
+        if key not in gpu_pods:
+            unknown += bool(key)  # a pod gpupack does not see holding a GPU (or the exporter's own)
+            continue
+        allocated += 1
+        if value < idle_below_pct:
+            namespace, pod = key.split("/", 1)
+            idle.append({
+                "namespace": namespace,
+                "pod": pod,
+                "node": gpu_pods[key],
+                "gpu": _gpu_name(labels),
+                "utilisation_pct": round(value, 2),
+            })  # fmt: skip
+    idle.sort(key=lambda g: (g["namespace"], g["pod"], g["gpu"]))
+    by_namespace: dict[str, int] = {}
+    for gpu in idle:
+        by_namespace[gpu["namespace"]] = by_namespace.get(gpu["namespace"], 0) + 1
+    return {
+        "prometheus": prometheus,
+        "window": window,
+        "idle_below_pct": idle_below_pct,
+        "allocated_gpus_seen": allocated,
+        "series_of_other_pods": unknown,
+        "idle_gpus": idle,
+        "idle_by_namespace": dict(sorted(by_namespace.items())),
+    }
+
+
+def query(prometheus: str, promql: str) -> list[tuple[dict[str, str], float]]:
+    """An instant vector query: (labels, value) per series. Raises UtilisationError."""
+    url = prometheus.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    if not url.startswith(("http://", "https://")):
+        raise UtilisationError(f"--prometheus {prometheus!r} is not an http(s) URL")
+    try:
+        with urllib.request.urlopen(url, timeout=TIMEOUT_SECONDS) as answer:
+            body = json.loads(answer.read())
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise UtilisationError(f"cannot query Prometheus at {prometheus}: {exc}") from None
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, dict) or body.get("status") != "success" or data.get("resultType") != "vector":
+        raise UtilisationError(f"Prometheus at {prometheus} answered {str(body)[:200]}")
+    out = []
+    for item in data.get("result") or []:
+        try:
+            out.append(({str(k): str(v) for k, v in item["metric"].items()}, float(item["value"][1])))
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise UtilisationError(f"Prometheus at {prometheus}: a malformed series {str(item)[:200]}") from None
+    return out
+
+
+def _pod_of(labels: Mapping[str, str]) -> str:
+    """`namespace/pod` of a series ("" without a pod); the exported_ spelling wins: when Prometheus
+    renamed the exporter's labels, the plain ones are the scrape target's (the exporter pod)."""
+    if "exported_pod" in labels:
+        return f"{labels.get('exported_namespace', '')}/{labels['exported_pod']}"
+    pod = labels.get("pod", "")
+    return f"{labels.get('namespace', '')}/{pod}" if pod else ""
+
+
+def _gpu_name(labels: Mapping[str, str]) -> str:
+    """`0`, or `0 3g.40gb` for a MIG instance."""
+    gpu = labels.get("gpu", "?")
+    profile = labels.get("GPU_I_PROFILE")
+    return f"{gpu} {profile}" if profile else gpu
