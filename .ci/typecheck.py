@@ -34,7 +34,8 @@ def installed_sources() -> list[BuildSource]:
         folder = Path(folders[top], *package[len(top) :].split(".")[1:])
         for path in sorted(folder.glob("*.py")):
             module = package if path.stem == "__init__" else f"{package}.{path.stem}"
-            sources.append(BuildSource(str(path), module, None, base_dir=str(ROOT)))
+            stub = path.with_suffix(".pyi")  # a stub beside a module stands for it, as on import
+            sources.append(BuildSource(str(stub if stub.exists() else path), module, None, base_dir=str(ROOT)))
     return sources
 
 

@@ -30,7 +30,8 @@ def strip_gogo(text: str) -> str:
 
 
 def generate(out_dir: Path) -> list[Path]:
-    """Write `<name>_pb2.py` and `<name>_pb2_grpc.py` for each proto here into `out_dir/gpupack/agent/kubelet`.
+    """Write `<name>_pb2.py`, its type stub `<name>_pb2.pyi` (the messages for mypy: the module builds them at
+    run time) and `<name>_pb2_grpc.py` for each proto here into `out_dir/gpupack/agent/kubelet`.
 
     The protos are read through protoc's virtual path `gpupack/agent/kubelet`, so the modules register
     and import each other under their installed name, `gpupack.agent.kubelet.*`.
@@ -42,10 +43,10 @@ def generate(out_dir: Path) -> list[Path]:
     written = []
     for proto in sorted(HERE.glob("*.proto")):
         relative = f"{VIRTUAL}/{proto.name}"
-        args = ["protoc", f"-I{VIRTUAL}={HERE}", f"--python_out={out_dir}", f"--grpc_python_out={out_dir}", relative]
-        if protoc.main(args) != 0:
+        outputs = [f"--python_out={out_dir}", f"--pyi_out={out_dir}", f"--grpc_python_out={out_dir}"]
+        if protoc.main(["protoc", f"-I{VIRTUAL}={HERE}", *outputs, relative]) != 0:
             raise RuntimeError(f"protoc failed on {relative}")
-        for suffix in ("_pb2.py", "_pb2_grpc.py"):
+        for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py"):
             path = target / f"{proto.stem}{suffix}"
             path.write_text(HEADER.format(source=proto.name) + path.read_text())
             written.append(path)
