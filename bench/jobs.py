@@ -11,9 +11,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gpupack.bench import metrics
+from gpupack.bench.churn import ChurnConfig, inference_pods, run_churn
 from gpupack.bench.load import load_nodes, load_pods
 from gpupack.bench.protocol import fgd_order
-from gpupack.bench.scenarios import STATIC_BALANCED, ClusterSpec, cost_cluster, mig_cluster, nvlink_cluster
+from gpupack.bench.scenarios import (
+    STATIC_BALANCED,
+    ClusterSpec,
+    churn_cluster,
+    cost_cluster,
+    mig_cluster,
+    nvlink_cluster,
+)
 from gpupack.bench.simulate import RunResult, make_policy, requested_gpus, run_once, share_to_mig
 from gpupack.bench.workload import Trace, TracePod, gpu_count, gpu_milli_capacity
 from gpupack.scoring.facts import MigMode, NodeFacts
@@ -72,10 +80,10 @@ class OpenbJob:
     def run(self) -> dict[str, object]:
         nodes = list(_nodes(str(Path(self.traces_dir) / NODE_LIST)))[: self.node_limit]
         pods = list(_pods(str(Path(self.traces_dir) / pod_file(self.trace))))
-        order = fgd_order(pods, gpu_milli_capacity(nodes), self.seed)
-        if self.stop_at_100:
-            order = prefix_to_arrived(order, nodes, 100.0)
-        result = run_once(Trace(nodes, pods), order, make_policy(self.policy, pods), self.seed)
+        workload = fgd_order(pods, gpu_milli_capacity(nodes), self.seed)
+        order = prefix_to_arrived(workload, nodes, 100.0) if self.stop_at_100 else workload
+        policy = make_policy(self.policy, workload)
+        result = run_once(Trace(nodes, pods), order, policy, self.seed, ends_at_130=not self.stop_at_100)
         return _base(self, result, {"gpus_total": gpu_count(nodes)})
 
 
@@ -103,7 +111,12 @@ class MigJob:
         order = [as_mig(p) for p in fgd_order(pods, gpu_milli_capacity(nodes), self.seed)]
         converted = [as_mig(p) for p in pods]
         result = run_once(
-            Trace(nodes, converted), order, make_policy(self.policy, converted), self.seed, keep_placements=self.grid
+            Trace(nodes, converted),
+            order,
+            make_policy(self.policy, order),
+            self.seed,
+            keep_placements=self.grid,
+            ends_at_130=True,
         )
         assert result.inventory is not None
         extra: dict[str, object] = {
@@ -136,7 +149,8 @@ class NvlinkJob:
         pods = list(_pods(str(Path(self.traces_dir) / pod_file("multigpu20"))))
         order = fgd_order(pods, gpu_milli_capacity(nodes), self.seed)
         tracker = metrics.LinkTracker()
-        result = run_once(Trace(nodes, pods), order, make_policy(self.policy, pods), self.seed, on_decision=tracker)
+        policy = make_policy(self.policy, order)
+        result = run_once(Trace(nodes, pods), order, policy, self.seed, on_decision=tracker, ends_at_130=True)
         return _base(self, result, {"gpus_total": gpu_count(nodes), "links": tracker.to_json()})
 
 
@@ -162,7 +176,28 @@ class CostJob:
         return _base(self, result, {"gpus_total": gpu_count(nodes), "cost": costs})
 
 
-Job = OpenbJob | MigJob | NvlinkJob | CostJob
+@dataclass(frozen=True)
+class ChurnJob:
+    """The churn protocol (bench.churn) on the churn cluster with the inference-style MIG mix."""
+
+    traces_dir: str  # unused: the workload is generated; kept so every job has the same first field
+    policy: str
+    seed: int
+    scale: float = 1.0
+    load: float = ChurnConfig.load
+    measure: float = ChurnConfig.measure
+    scenario: str = "churn"
+
+    def run(self) -> dict[str, object]:
+        nodes = churn_cluster().scaled(self.scale).build()
+        pods = inference_pods()
+        config = ChurnConfig(load=self.load, measure=self.measure)
+        result = run_churn(Trace(nodes, pods), make_policy(self.policy, pods), self.seed, config)
+        fields = {k: v for k, v in asdict(self).items() if k != "traces_dir"}
+        return {**fields, "run": result.to_json(), "gpus_total": gpu_count(nodes)}
+
+
+Job = OpenbJob | MigJob | NvlinkJob | CostJob | ChurnJob
 
 
 def run_job(job: Job) -> dict[str, object]:

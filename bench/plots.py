@@ -10,6 +10,44 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+HIGHLIGHT = "gpupack"  # drawn last, on top, thicker and in a colour no other line uses
+HIGHLIGHT_COLOUR = "#d62728"
+MARKERS = ("s", "^", "v", "D", "x", "+", "*", "P", "<", ">")
+
+
+def line_style(name: str, index: int, points: int) -> dict[str, object]:
+    """Matplotlib keywords for series `name`: gpupack stands out; the others differ by colour and marker."""
+    every = max(1, points // 8)
+    if name.startswith(HIGHLIGHT):
+        return {"color": HIGHLIGHT_COLOUR, "linewidth": 2.4, "marker": "o", "markersize": 5,
+                "markevery": every, "zorder": 10}  # fmt: skip
+    colours = [c for c in plt.get_cmap("tab10").colors if c != plt.get_cmap("tab10").colors[3]]  # 3: red
+    return {"color": colours[index % len(colours)], "linewidth": 1.2, "marker": MARKERS[index % len(MARKERS)],
+            "markersize": 4, "markevery": (index % every, every), "zorder": 2 + index * 0.01}  # fmt: skip
+
+
+def highlight_last(names: Sequence[str]) -> list[int]:
+    """Drawing order: every other series first, gpupack's last so that nothing hides it."""
+    return sorted(range(len(names)), key=lambda i: names[i].startswith(HIGHLIGHT))
+
+
+def _curve_lines(ax: plt.Axes, results: Sequence[Mapping[str, object]], every_seed: bool) -> None:
+    """One line per policy (its first seed), or with `every_seed` one per seed of each policy."""
+    lines: list[tuple[str, list[list[float]]]] = []
+    for result in results:
+        runs = result["runs"]
+        assert isinstance(runs, list) and runs
+        for run in runs if every_seed else runs[:1]:
+            label = f"{result['policy']}, seed {run['seed']}" if every_seed and len(runs) > 1 else str(result["policy"])
+            lines.append((label, run["curve"]))
+    names = [label for label, _ in lines]
+    for i in highlight_last(names):
+        label, curve = lines[i]
+        ax.plot([p[0] for p in curve], [p[1] for p in curve], label=label, **line_style(label, i, len(curve)))  # type: ignore[arg-type]
+    handles, labels = ax.get_legend_handles_labels()
+    first = highlight_last(labels)[::-1]  # gpupack first in the legend as well
+    ax.legend([handles[i] for i in first], [labels[i] for i in first], fontsize=7)
+
 
 def allocation_curves(
     results: Sequence[Mapping[str, object]],
@@ -17,16 +55,19 @@ def allocation_curves(
     title: str = "",
     xlim: tuple[float, float] = (60, 132),
     ylim: tuple[float, float] = (60, 100),
+    every_seed: bool = False,
 ) -> Path:
-    """GPU allocation % against arrived GPU demand %, one line per policy (first seed of each)."""
+    """GPU allocation % against arrived GPU demand %: one line per policy (its first seed), or one line per
+    seed with `every_seed`. gpupack is drawn last, in red with round markers."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for result in results:
-        runs = result["runs"]
-        assert isinstance(runs, list) and runs
-        curve = runs[0]["curve"]
-        xs = [point[0] for point in curve]
-        ys = [point[1] for point in curve]
-        ax.plot(xs, ys, label=str(result["policy"]), linewidth=1.4)
+    _curve_lines(ax, results, every_seed)
+    _curve_axes(ax, xlim, ylim)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return _save(fig, path)
+
+
+def _curve_axes(ax: plt.Axes, xlim: tuple[float, float], ylim: tuple[float, float]) -> None:
     ax.plot([0, 100], [0, 100], color="grey", linewidth=0.6, linestyle=":")
     ax.axvline(100, color="grey", linewidth=0.6)
     ax.set_xlabel("arrived GPU demand (% of capacity)")
@@ -34,9 +75,92 @@ def allocation_curves(
     ax.set_xlim(*xlim)
     ax.set_ylim(*ylim)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+
+
+def allocation_curve_panels(
+    panels: Mapping[str, Sequence[Mapping[str, object]]],
+    path: str | Path,
+    title: str = "",
+    xlim: tuple[float, float] = (85, 132),
+    ylim: tuple[float, float] = (75, 100),
+) -> Path:
+    """`allocation_curves` of several traces in one figure, one panel each (first seed of each policy)."""
+    cols = min(4, max(len(panels), 1))
+    rows = -(-len(panels) // cols) or 1
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+    for ax, (name, results) in zip(axes.flat, panels.items(), strict=False):
+        _curve_lines(ax, results, every_seed=False)
+        _curve_axes(ax, xlim, ylim)
+        ax.set_title(name, fontsize=9)
+        ax.xaxis.label.set_size(7)
+        ax.yaxis.label.set_size(7)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
     if title:
-        ax.set_title(title)
+        fig.suptitle(title, fontsize=11)
+    return _save(fig, path)
+
+
+def paired_differences(
+    diffs: Mapping[str, Sequence[float]],
+    path: str | Path,
+    ylabel: str,
+    title: str = "",
+    reference: Mapping[str, float] | None = None,
+    reference_label: str = "",
+) -> Path:
+    """Per group (trace): every per-seed paired difference as a dot, the median as a bar, the seed range
+    as error bars (min to max); optionally one reference value per group as a diamond."""
+    groups = list(diffs)
+    fig, ax = plt.subplots(figsize=(max(7, 0.75 * len(groups) + 2), 4.2))
+    for x, name in enumerate(groups):
+        values = sorted(diffs[name])
+        if not values:
+            continue
+        mid = (
+            values[len(values) // 2]
+            if len(values) % 2
+            else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
+        )
+        colour = "#2b7bba" if mid <= 0 else HIGHLIGHT_COLOUR
+        ax.bar(x, mid, 0.6, color=colour, alpha=0.35)
+        ax.errorbar(x, mid, yerr=[[mid - values[0]], [values[-1] - mid]], fmt="o", color=colour, capsize=4)
+        ax.scatter([x + 0.18] * len(values), values, s=8, color="black", alpha=0.5, zorder=5)
+    if reference:
+        xs = [x for x, g in enumerate(groups) if g in reference]
+        ax.scatter(xs, [reference[groups[x]] for x in xs], marker="D", color="#2ca02c", zorder=6, label=reference_label)
+        ax.legend(fontsize=8)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(groups)), groups, fontsize=8, rotation=30)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return _save(fig, path)
+
+
+def time_series_panels(
+    panels: Mapping[str, Mapping[str, Sequence[tuple[float, float]]]],
+    path: str | Path,
+    xlabel: str,
+    title: str = "",
+) -> Path:
+    """One panel per metric (the panel's title), one line per series (policy); gpupack drawn last, on top."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False)
+    for ax, (name, series) in zip(axes[0], panels.items(), strict=True):
+        names = list(series)
+        for i in highlight_last(names):
+            points = series[names[i]]
+            ax.plot([p[0] for p in points], [p[1] for p in points], label=names[i],
+                    **line_style(names[i], i, len(points)))  # type: ignore[arg-type]  # fmt: skip
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel(xlabel, fontsize=8)
+        ax.grid(alpha=0.3)
+        handles, labels = ax.get_legend_handles_labels()
+        first = highlight_last(labels)[::-1]
+        ax.legend([handles[i] for i in first], [labels[i] for i in first], fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
     return _save(fig, path)
 
 
@@ -54,9 +178,7 @@ def bar_chart(values: Mapping[str, float], path: str | Path, ylabel: str, title:
     return _save(fig, path)
 
 
-def grouped_bars(
-    values: Mapping[str, Mapping[str, float]], path: str | Path, ylabel: str, title: str = ""
-) -> Path:
+def grouped_bars(values: Mapping[str, Mapping[str, float]], path: str | Path, ylabel: str, title: str = "") -> Path:
     """Bars grouped on the x axis by the outer key (e.g. trace), one colour per inner key (e.g. policy)."""
     groups = list(values)
     series = list(dict.fromkeys(name for group in values.values() for name in group))

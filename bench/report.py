@@ -1,6 +1,6 @@
 """`gpupack bench [--quick] [--out DIR]`: the standard comparison, written to DIR/REPORT.md + PNGs + results.json.
 
-Scenarios (details in the report itself): openb (all policies x the five traces, fgd protocol), MIG (a
+Scenarios (details in the report itself): openb (all policies x the 13 openb traces, fgd protocol), MIG (a
 mixed H100/A100/A30 cluster in dynamic MIG mode against static all-balanced partitions), NVLink (NVSwitch,
 hybrid cube-mesh and bridged PCIe nodes), cost (on-demand + spot), speed (kernel and HTTP filter).
 Simulation runs are independent jobs spread over a process pool (2 workers: one per core of the bench
@@ -29,24 +29,23 @@ from pathlib import Path
 import orjson
 
 from gpupack.bench import speed
-from gpupack.bench.jobs import CostJob, Job, MigJob, NvlinkJob, OpenbJob, run_job
+from gpupack.bench.churn_report import churn_section
+from gpupack.bench.jobs import ChurnJob, CostJob, Job, MigJob, NvlinkJob, OpenbJob, run_job
 from gpupack.bench.markdown import update_readme
-from gpupack.bench.report_text import render, seeds_text
-from gpupack.bench.scenarios import cost_cluster, mig_cluster, nvlink_cluster
-from gpupack.bench.sections import (
-    cost_section,
-    mig_section,
-    nvlink_section,
-    openb_section,
-    readme_block,
-    speed_section,
-)
+from gpupack.bench.openb_report import openb_section, readme_block
+from gpupack.bench.report_text import render, seeds_text, soak_text
+from gpupack.bench.scenarios import churn_cluster, cost_cluster, mig_cluster, nvlink_cluster
+from gpupack.bench.sections import cost_section, mig_section, nvlink_section, speed_section
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES_ENV = "GPUPACK_OPENB_TRACES"
 RESULTS = "bench/results"  # the full run's report folder: the committed report and plots
 
-OPENB_TRACES = ("default", "cpu050", "gpushare40", "gpuspec10", "multigpu20")
+# every openb variant of ../shared/traces/openb (the first five are the ones the paper's main figures use)
+OPENB_TRACES = (
+    "default", "cpu050", "gpushare40", "gpuspec10", "multigpu20", "cpu100", "cpu250", "gpushare60",
+    "gpushare100", "gpuspec20", "gpuspec33", "multigpu30", "multigpu50",
+)  # fmt: skip
 OPENB_POLICIES = (
     "gpupack",
     "fgd",
@@ -70,6 +69,8 @@ GRID_LABELS = ("gpupack", "first-fit")
 NVLINK_POLICIES = ("gpupack", "kube-default", "kube-default+besteffort", "best-fit")
 # gpupack[spot_avoid=0]: the same policy without the spot rule, to separate price from the rule
 COST_POLICIES = ("gpupack", "gpupack[spot_avoid=0]", "kube-default", "best-fit")
+# fgd (given the mix in advance) as a reference; the goal is fewer rejections than the three baselines
+CHURN_POLICIES = ("gpupack", "first-fit", "best-fit", "kube-default", "fgd")
 SLOW_POLICIES = ("gpupack", "fgd")  # scheduled first so the pool ends evenly
 
 
@@ -159,6 +160,7 @@ def build_jobs(config: BenchConfig) -> list[Job]:
             for label, variant, policy in MIG_RUNS
         ]
         jobs += [NvlinkJob(t, policy, seed, config.scale) for policy in NVLINK_POLICIES]
+        jobs += [ChurnJob(t, policy, seed, config.scale) for policy in CHURN_POLICIES]
         jobs += [
             CostJob(t, policy, seed, ratio, config.scale) for ratio in config.cost_ratios for policy in COST_POLICIES
         ]
@@ -282,6 +284,7 @@ def run_report(config: BenchConfig, out: Path, log: Callable[[str], None] = lamb
         by_scenario.setdefault(str(r["scenario"]), []).append(r)
     sections = {
         "openb": openb_section(by_scenario.get("openb", []), config.openb_traces, config.openb_policies, out),
+        "churn": churn_section(by_scenario.get("churn", []), CHURN_POLICIES, out),
         "mig": mig_section(by_scenario.get("mig", []), [label for label, _, _ in MIG_RUNS], out),
         "nvlink": nvlink_section(by_scenario.get("nvlink", []), NVLINK_POLICIES, out),
         "cost": cost_section(by_scenario.get("cost", []), COST_POLICIES, config.cost_ratios, out),
@@ -304,6 +307,7 @@ def run_report(config: BenchConfig, out: Path, log: Callable[[str], None] = lamb
         "mig": mig_cluster().scaled(config.scale).describe(),
         "nvlink": nvlink_cluster().scaled(config.scale).describe(),
         "cost": cost_cluster().scaled(config.scale).describe(),
+        "churn": churn_cluster().scaled(config.scale).describe(),
     }
     report = {
         "config": asdict(config),
@@ -312,12 +316,7 @@ def run_report(config: BenchConfig, out: Path, log: Callable[[str], None] = lamb
         "sections": {name: s.to_json() for name, s in sections.items()},
     }
     (out / "results.json").write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
-    text = render(asdict(config), info, sections, clusters)
-    soak = out / "soak.md"
-    if soak.exists():
-        # the soak is its own, longer run (`python -m bench.soak`); included as it was written
-        text += "\n## 6. Soak (separate run of `python -m bench.soak`, its own numbers)\n\n"
-        text += soak.read_text(encoding="utf-8").split("\n", 1)[1].split("```json", 1)[0]
+    text = render(asdict(config), info, sections, clusters) + soak_text(out, ROOT)
     (out / "REPORT.md").write_text(text, encoding="utf-8")
     if config.update_readme:
         link = _relative_link(out / "REPORT.md")

@@ -1,11 +1,27 @@
-"""REPORT.md: the bench's prose around the tables of `bench.sections` (every number comes from the run)."""
+"""REPORT.md: the bench's prose around the tables of `bench.sections` (every number comes from the run).
+
+Numbers in the prose are read from the run's tables, the cluster specs or the bench's own settings;
+the soak section is a separate run and says where it came from.
+"""
 
 from __future__ import annotations
 
+import statistics
+import subprocess
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
+import orjson
+
+from gpupack.bench import speed
+from gpupack.bench.churn import FAMILY_PROFILES, FAMILY_SHARE, INFERENCE_SIZES, ChurnConfig
 from gpupack.bench.markdown import Table, bullet_list
+from gpupack.bench.openb_report import TUNING_SEEDS
+from gpupack.bench.paired import SIGNIFICANCE
 from gpupack.bench.sections import Section
+
+Config = Mapping[str, object]
+Clusters = Mapping[str, Sequence[Mapping[str, object]]]
 
 
 def seeds_text(seeds: Sequence[int]) -> str:
@@ -20,16 +36,8 @@ def cluster_table(rows: Sequence[Mapping[str, object]]) -> Table:
     """The node groups of a scenario cluster."""
     table = Table(["GPU product", "nodes", "GPUs per node", "cores", "memory GiB", "MIG", "spot", "$/h"])
     for r in rows:
-        table.add(
-            r["product"],
-            r["nodes"],
-            r["gpus"],
-            r["cpu_cores"],
-            r["memory_gib"],
-            r["mig"],
-            r["spot"],  # type: ignore[arg-type]
-            r["hourly_cost"],
-        )  # type: ignore[arg-type]
+        table.add(r["product"], r["nodes"], r["gpus"], r["cpu_cores"], r["memory_gib"], r["mig"], r["spot"],  # type: ignore[arg-type]
+                  r["hourly_cost"])  # type: ignore[arg-type]  # fmt: skip
     return table
 
 
@@ -41,86 +49,160 @@ def _tables(section: Section, *names: str) -> str:
     return "\n\n".join(section.tables[name].markdown() for name in names if name in section.tables)
 
 
-def render(
-    config: Mapping[str, object],
-    info: Mapping[str, object],
-    sections: Mapping[str, Section],
-    clusters: Mapping[str, Sequence[Mapping[str, object]]],
-) -> str:
+def render(config: Config, info: Mapping[str, object], sections: Mapping[str, Section], clusters: Clusters) -> str:
     """The whole report."""
-    openb, mig, nvlink, cost, speed = (sections[k] for k in ("openb", "mig", "nvlink", "cost", "speed"))
     not_better = [line for s in sections.values() for line in s.not_better]
     better = [line for s in sections.values() for line in s.better]
-    scale = config["scale"]
     parts = [
-        f"# gpupack bench report ({config['label']} run)",
+        _header(config, info),
+        "## Where gpupack is not better than a baseline\n\n"
+        "Every comparison of gpupack against a baseline on a headline metric in which gpupack is worse or tied "
+        f"(the ones where it is better are listed at the end). Each pairs the two policies seed by seed (same "
+        f"submission order); it is called better or worse only when the sign test over the seeds gives "
+        f"p < {SIGNIFICANCE}, otherwise it is a tie (`bench.paired`).\n\n" + bullet_list(not_better),
+        _openb(config, sections["openb"]),
+        _churn(sections["churn"], clusters["churn"]),
+        _mig(sections["mig"], clusters["mig"]),
+        _nvlink(sections["nvlink"], clusters["nvlink"]),
+        _cost(sections["cost"], clusters["cost"]),
+        _speed(config, sections["speed"]),
+        "## Where gpupack is better than a baseline\n\n" + bullet_list(better),
+    ]
+    return "\n\n".join(parts) + "\n"
+
+
+def _header(config: Config, info: Mapping[str, object]) -> str:
+    return (
+        f"# gpupack bench report ({config['label']} run)\n\n"
         f"- date: {info['date']}; commit `{info['commit']}`\n"
         f"- machine: {info['cpu']}, {info['cores']} cores, {info['ram_gib']} GiB RAM, Python {info['python']}\n"
         f"- wall time: simulations {info['simulation_seconds']} s on {config['workers']} worker processes, "
         f"speed benchmarks {info['speed_seconds']} s, total {info['total_seconds']} s\n"
         f"- seeds: openb {seeds_text(config['openb_seeds'])}; "  # type: ignore[arg-type]
-        f"MIG / NVLink / cost {seeds_text(config['scenario_seeds'])}; "  # type: ignore[arg-type]
-        f"scenario clusters at {scale} x their full node counts\n"
-        "- every number below comes from this run; `results.json` beside this file holds them all (per seed).",
-        "## Where gpupack is not better than a baseline\n\n"
-        "Every comparison of gpupack against a baseline on a headline metric in which gpupack is worse or equal "
-        "(the ones where it is better are listed at the end).\n\n" + bullet_list(not_better),
-        "## 1. openb (Alibaba GPU trace, FGD protocol)\n\n"
-        "Cluster: `openb_node_list_gpu_node.csv`"
-        + (f" (first {config['openb_node_limit']} nodes only)" if config["openb_node_limit"] else "")
-        + ". Protocol `fgd`: shuffle with the seed, inflate to 130 % of GPU capacity, submit one pod at a time, "
-        "drop failures. Cells: median unallocated GPU % at arrived = 100 % (lower is better); `paper` columns: "
-        "the published FGD-paper figures (ATC'23, median of 10 seeds; from the trace README). Our seeds shuffle "
-        "with numpy, not Go's math/rand, so orders differ from the paper's. The first seed of each "
-        "(trace, policy) runs to 130 % for the curves; later seeds stop at arrived = 100 % (the value read is the "
-        "same). `fgd` is given the trace's workload mix in advance (oracle); gpupack learns it online.\n\n"
-        + _tables(openb, "openb_unallocated")
+        f"churn / MIG / NVLink / cost {seeds_text(config['scenario_seeds'])}; "  # type: ignore[arg-type]
+        f"scenario clusters at {config['scale']} x their full node counts\n"
+        f"- gpupack's default weights were chosen on openb seeds {TUNING_SEEDS} (docs/packing-experiments.md), "
+        "never on the seeds reported here\n"
+        "- every number below comes from this run; `results.json` beside this file holds them all (per seed)."
+    )
+
+
+def _openb(config: Config, openb: Section) -> str:
+    limit = config["openb_node_limit"]
+    return (
+        "## 1. openb (Alibaba GPU traces, FGD protocol)\n\n"
+        "Cluster: `openb_node_list_gpu_node.csv`" + (f" (first {limit} nodes only)" if limit else "") + "; "
+        f"every pod list of the trace folder. Protocol `fgd`: shuffle with the seed, inflate to 130 % of GPU "
+        "capacity, submit one pod at a time, drop failures. Cells: unallocated GPU % at arrived = 100 % (lower "
+        "is better). `fgd` is given each trace's workload mix in advance (oracle); gpupack learns it online, with "
+        f"weights chosen on seeds {TUNING_SEEDS}. Our seeds shuffle with numpy, not Go's math/rand, so orders "
+        "differ from the paper's. The first seed of each (trace, policy) runs to 130 % for the curves; later "
+        "seeds stop at arrived = 100 % (the value read is the same).\n\n"
+        "gpupack against fgd, per trace (IQR: the seed spread, p75 − p25; the paired columns take gpupack − fgd "
+        "seed by seed; `verdict` is the sign test's):\n\n" + _tables(openb, "openb_vs_fgd")
+        + "\n\nEvery policy, median:\n\n" + _tables(openb, "openb_unallocated")
+        + "\n\nEvery policy, seed spread (IQR):\n\n" + _tables(openb, "openb_spread")
+        + "\n\nThe published figures (ATC'23, median of 10 seeds; from the trace README):\n\n"
+        + _tables(openb, "openb_paper")
         + "\n\nSimulator time per run (seconds of one worker; first seeds run to 130 %, later ones to 100 %):\n\n"
-        + _tables(openb, "openb_seconds")
-        + "\n\n"
-        + _images(openb),
-        "## 2. MIG (dynamic MIG vs static partitions)\n\n"
-        "Cluster (dynamic MIG on every MIG-capable GPU):\n\n" + cluster_table(clusters["mig"]).markdown() + "\n\n"
+        + _tables(openb, "openb_seconds") + "\n\n" + _images(openb)
+    )  # fmt: skip
+
+
+def _churn(churn: Section, cluster: Sequence[Mapping[str, object]]) -> str:
+    defaults = ChurnConfig()
+    sizes = ", ".join(f"{size}g {round(100 * weight)} %" for size, weight in INFERENCE_SIZES)
+    families = "; ".join(
+        f"{round(100 * share)} % ask for {'/'.join(FAMILY_PROFILES[f].values())}" for f, share in FAMILY_SHARE.items()
+    )
+    return (
+        "## 2. MIG with churn (pods arrive and complete)\n\n"
+        "Cluster (dynamic MIG on every GPU):\n\n" + cluster_table(cluster).markdown() + "\n\n"
+        f"Workload (`bench.churn`, protocol `churn`): inference-style MIG pods, by compute size {sizes}; "
+        f"{families} (80 GB profiles run on A100 and H100, the others on H200). Poisson arrivals; exponential "
+        f"lifetimes whose mean makes the offered load {defaults.load} x the GPU capacity. The first "
+        f"{defaults.warmup:g} mean lifetimes fill the cluster and are not counted; the next {defaults.measure:g} "
+        f"are, sampled {defaults.samples} times. A pod that fits nowhere is rejected. Stranded GPUs: GPUs with "
+        "free compute on which no profile still to come in the run fits. `placeable % of time`: share of the "
+        "samples at which one more instance of that profile would have been placed. Same command: `gpupack "
+        "simulate --protocol churn --nodes N.yaml --pods P.yaml` (write them with `python -m "
+        "gpupack.bench.churn nodes|pods`).\n\n"
+        + _tables(churn, "churn", "churn_per_seed", "churn_rejected_by_profile") + "\n\n" + _images(churn)
+    )  # fmt: skip
+
+
+def _mig(mig: Section, cluster: Sequence[Mapping[str, object]]) -> str:
+    return (
+        "## 3. MIG, no departures (dynamic MIG vs static partitions)\n\n"
+        "Cluster (dynamic MIG on every MIG-capable GPU):\n\n" + cluster_table(cluster).markdown() + "\n\n"
         "Workload: the openb default trace, fgd protocol (ordered and inflated by the trace's milli demand), each "
         "share turned into the smallest 80 GB-family profile with ≥ ⌈milli × 7 / 1000⌉ compute slices "
         "(`bench.simulate.share_to_mig`; CPU and memory kept); whole-GPU pods stay whole GPUs. 80 GB-family "
         "profiles do not exist on the A30, so A30s only take whole-GPU pods. `static-balanced (best-fit)`: the same "
-        "nodes in static MIG mode, every GPU pre-partitioned as mig-parted's all-balanced (80 GB: 2g.20gb@0, "
-        "1g.10gb@2, 1g.10gb@3, 3g.40gb@4; A30: 2g.12gb@0, 1g.6gb@2, 1g.6gb@3), scheduled by best-fit; no GPU is "
-        "whole there, so whole-GPU pods and 4g/7g profiles cannot run at all. Allocation = compute slices in use "
-        "(a whole GPU counts all of its slices) over all compute slices. Stranded = at the end of the run, GPUs "
-        "with free compute on which none of the failed profiles (nor, for failed whole-GPU pods, a whole GPU) "
-        "fits, as % of all GPUs. Why the dynamic policies end close together here: openb's shares are large "
-        "(most become 4g.40gb or 7g.80gb, which have one placement per GPU), so there is little placement "
-        "choice left for a fragmentation-aware policy to win; the failures are capacity, not geometry.\n\n"
-        + _tables(mig, "mig", "mig_failed_by_profile") + "\n\n" + _images(mig),
-        "## 3. NVLink (multi-GPU sets)\n\n"
-        "Cluster: NVSwitch H100 nodes (every pair 18 links), DGX-1 V100 hybrid cube-mesh nodes (1–2 links per "
-        "pair, 16 pairs), A100 PCIe 4-GPU nodes with NVLink bridges on (0, 1) and (2, 3) (12 links); NUMA: first "
-        "half of the GPUs on node 0.\n\n" + cluster_table(clusters["nvlink"]).markdown() + "\n\n"
+        "nodes in static MIG mode, every GPU pre-partitioned as mig-parted's all-balanced, scheduled by best-fit; "
+        "no GPU is whole there, so whole-GPU pods and 4g/7g profiles cannot run at all. Allocation = compute slices "
+        "in use over all compute slices. Stranded = at the end of the run, GPUs with free compute on which none of "
+        "the failed profiles fits, as % of all GPUs. Nothing departs here, so most of openb's shares become "
+        "4g.40gb or 7g.80gb, with one placement per GPU: there is little placement choice to win, which is why "
+        "section 2 exists.\n\n" + _tables(mig, "mig", "mig_failed_by_profile") + "\n\n" + _images(mig)
+    )
+
+
+def _nvlink(nvlink: Section, cluster: Sequence[Mapping[str, object]]) -> str:
+    return (
+        "## 4. NVLink (multi-GPU sets)\n\n"
+        "Cluster: NVSwitch H100 nodes, DGX-1 V100 hybrid cube-mesh nodes, A100 PCIe 4-GPU nodes with NVLink "
+        "bridges on (0, 1) and (2, 3); NUMA: first half of the GPUs on node 0.\n\n"
+        + cluster_table(cluster).markdown() + "\n\n"
         "Workload: `openb_pod_list_multigpu20.csv`, fgd protocol. `all pairs NVLinked`: placed multi-GPU pods "
         "whose GPUs are pairwise joined by NVLink. `link score vs best free set`: the chosen set's pair score "
-        "(100 per link + 20 same NUMA / 10 across, as `scoring.kernels.pair_score`) over the best score of any "
-        "set of that size free on the chosen node just before the commit (mean over pods). "
-        "`kube-default` takes the lowest free indices; `+besteffort` picks sets go-gpuallocator style.\n\n"
-        + _tables(nvlink, "nvlink")
-        + "\n\n"
-        + _images(nvlink),
-        "## 4. Cost (on-demand and spot)\n\n"
-        "Cluster (spot at ~35 % of on-demand):\n\n" + cluster_table(clusters["cost"]).markdown() + "\n\n"
+        "(as `scoring.kernels.pair_score`) over the best score of any set of that size free on the chosen node "
+        "just before the commit (mean over pods). `kube-default` takes the lowest free indices; `+besteffort` "
+        "picks sets go-gpuallocator style.\n\n" + _tables(nvlink, "nvlink") + "\n\n" + _images(nvlink)
+    )  # fmt: skip
+
+
+def spot_price_ratio(cluster: Sequence[Mapping[str, object]]) -> float | None:
+    """Median spot / on-demand hourly price over the products that have both."""
+    prices = {(r["product"], bool(r["spot"])): float(r["hourly_cost"]) for r in cluster if r["hourly_cost"]}  # type: ignore[arg-type]
+    ratios = [prices[(p, True)] / prices[(p, False)] for p, spot in prices if spot and (p, False) in prices]
+    return statistics.median(ratios) if ratios else None
+
+
+def _column(table: Table, name: str, row: Sequence[object]) -> object:
+    return row[table.columns.index(name)] if name in table.columns else None
+
+
+def _cost(cost: Section, cluster: Sequence[Mapping[str, object]]) -> str:
+    ratio = spot_price_ratio(cluster)
+    table = cost.tables.get("cost")
+    rows = [row for row in (table.rows if table else []) if _column(table, "load (x capacity)", row) == 1.0]  # type: ignore[arg-type]
+    on_spot = [
+        f"{_column(table, 'policy', row)} {_column(table, 'non-interruptible pods on spot %', row)} %"  # type: ignore[arg-type]
+        for row in rows
+        if not str(_column(table, "policy", row)).startswith("gpupack")  # type: ignore[arg-type]
+    ]
+    price = f"spot at {100 * ratio:.0f} % of on-demand" if ratio else "no spot prices"
+    return (
+        "## 5. Cost (on-demand and spot)\n\n"
+        f"Cluster ({price}):\n\n" + cluster_table(cluster).markdown() + "\n\n"
         "Workload: openb default pods (qos BE = interruptible), fgd protocol with the inflation ratio set to the "
-        "load (1.0: one pass up to 100 % of GPU capacity, as specified; 0.6: a part-loaded cluster, where idle "
-        "nodes could scale to zero). Busy nodes: nodes holding at least one pod at the end of the run; their "
-        "hourly cost is what the cluster costs if the rest scale to zero.\n\n"
+        "load (1.0: one pass up to 100 % of GPU capacity; 0.6: a part-loaded cluster, where idle nodes could "
+        "scale to zero). Busy nodes: nodes holding at least one pod at the end of the run; their hourly cost is "
+        "what the cluster costs if the rest scale to zero.\n\n"
         "Read the cost columns with the spot columns: gpupack keeps pods that are not interruptible off spot "
-        "nodes unless little else fits (DESIGN.md §2), so those pods need on-demand nodes, which cost about "
-        "three times as much; best-fit and kube-default ignore capacity type and put about half of them on "
-        "spot. `gpupack[spot_avoid=0]` is gpupack without that rule, to tell the price of the rule from the price "
-        "of the packing.\n\n"
-        + _tables(cost, "cost")
-        + "\n\n"
-        + _images(cost),
-        "## 5. Speed\n\n"
+        "nodes unless little else fits (DESIGN.md §2), so those pods need on-demand nodes"
+        + (f", which cost {1 / ratio:.1f} times as much" if ratio else "")
+        + ("; at load 1.0 the baselines, which ignore capacity type, put " + ", ".join(on_spot)
+           + " of them on spot" if on_spot else "")
+        + ". `gpupack[spot_avoid=0]` is gpupack without that rule, to tell the price of the rule from the price "
+        "of the packing.\n\n" + _tables(cost, "cost") + "\n\n" + _images(cost)
+    )  # fmt: skip
+
+
+def _speed(config: Config, speed_section: Section) -> str:
+    return (
+        "## 6. Speed\n\n"
         "Kernel: one 1-GPU pod decided on N nodes x 8 H100-like GPUs with random allocations, numba engine "
         "(`Engine.decide`) vs plain-Python reference (`scoring.reference.reference_decide`); mean of "
         f"{config['kernel_calls']} numba calls; the reference gets {config['reference_calls']} calls at 1,000 nodes "
@@ -128,25 +210,47 @@ def render(
         "memo holds every node's verdict and score, as in the extender, where kube-scheduler sends the same "
         "candidates pod after pod and a decision changes one node; `shape changed`: each call asks for another "
         "shape than the one before, so every node is scored again from its cached sums; `numba cold ms` is the "
-        "first decision of a fresh engine, which reads every node in full. `reference / numba` compares with "
-        "`shape changed`, where both score every node.\n\n"
-        + _tables(speed, "speed_kernel")
+        "first decision of a fresh engine. `reference / numba` compares with `shape changed`.\n\n"
+        + _tables(speed_section, "speed_kernel")
         + "\n\nHTTP: `POST /filter` over loopback to `gpupack serve --cluster-file` running as a process of "
-        "its own, exactly as users run it (default config, decision log lines included, sent to /dev/null), from "
-        "a keep-alive httpx client in another process (kube-scheduler is a process of its own too). The servers "
-        "run at the same time and are measured in 3 alternating rounds, each after 20 unmeasured requests, so a "
-        "slow spell of this shared 2-core VM falls on all; p50 and p99 are over all of a server's requests, and "
-        "`/ bare` divides them by the bare handler's. NodeNames = nodeCacheCapable true; Nodes = false, the Node "
-        "objects in the body. Each request lists the candidates in a fresh random order, as kube-scheduler does "
-        "(its filter checks nodes in parallel and lists them as they finish), so nothing keyed on the candidate "
-        "list is reused between calls. Each request is a new 1-GPU pod: filter reserves one GPU for it and the "
-        "reservation is kept (the cluster has 8 GPUs per node, far more than the requests). `bare FastAPI` = a "
-        "FastAPI handler that reads the same body and answers a constant (70 bytes), in its own process under "
-        "the same uvicorn config. gpupack answers the chosen node in NodeNames and the candidates that cannot "
-        "take the pod in FailedNodes with their reasons (here every node fits, so none); `gpupack, "
-        "reportNotChosen` also names every other feasible candidate (`gpupack chose another node`), about 200 "
-        "KiB at 5,000 nodes, which kube-scheduler drops once a node is chosen.\n\n"
-        + _tables(speed, "speed_http") + "\n\n" + _images(speed),
-        "## Where gpupack is better than a baseline\n\n" + bullet_list(better),
-    ]
-    return "\n\n".join(parts) + "\n"
+        "its own (default config, decision log lines sent to /dev/null), from a keep-alive httpx client in "
+        f"another process. The servers run at the same time and are measured in {speed.HTTP_ROUNDS} alternating "
+        f"rounds, each after {speed.HTTP_WARMUP} unmeasured requests; p50 and p99 are over all of a server's "
+        "requests, and `/ bare` divides them by the bare handler's. NodeNames = nodeCacheCapable true; Nodes = "
+        "false, the Node objects in the body. Each request lists the candidates in a fresh random order and is a "
+        "new 1-GPU pod whose reservation is kept. `bare FastAPI` reads the same body and answers a constant, in "
+        "its own process under the same uvicorn config. `gpupack, reportNotChosen` also names every other "
+        "feasible candidate in FailedNodes, which kube-scheduler drops once a node is chosen.\n\n"
+        + _tables(speed_section, "speed_http") + "\n\n" + _images(speed_section)
+    )  # fmt: skip
+
+
+def soak_text(out: Path, repo: Path) -> str:
+    """Section 7: the soak, a separate run (`python -m gpupack.bench.soak`) whose report sits beside this one;
+    its source, and the commit and date it records (or, if it records none, those of the commit that last
+    changed it). Empty when there is no soak report."""
+    soak = out / "soak.md"
+    if not soak.exists():
+        return ""
+    saved = out / "soak.json"
+    recorded = orjson.loads(saved.read_bytes()) if saved.exists() else {}
+    commit, date = recorded.get("commit"), recorded.get("date")
+    source = f"`{soak.name}` and `{saved.name}`, written by `python -m gpupack.bench.soak`"
+    if commit and date:
+        where = f"run on commit `{commit}` on {date}"
+    else:
+        last = _git(repo, "log", "-1", "--format=%H %cd", "--date=format:%Y-%m-%d %H:%M UTC", "--", str(saved))
+        commit, _, date = last.partition(" ")
+        where = "the run recorded no commit or date" + (
+            f"; the file was last committed in `{commit}` ({date})" if last else ", and git has no record of it"
+        )
+    body = soak.read_text(encoding="utf-8").split("\n", 1)[1].split("```json", 1)[0]
+    return f"\n## 7. Soak (a separate run: {source}; {where})\n\n{body}"
+
+
+def _git(repo: Path, *args: str) -> str:
+    try:
+        done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip()

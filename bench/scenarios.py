@@ -36,6 +36,7 @@ TIB = 1 << 40
 CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
 
 H100 = "NVIDIA-H100-80GB-HBM3"
+H200 = "NVIDIA-H200"
 A100 = "NVIDIA-A100-SXM4-80GB"
 A100_PCIE = "NVIDIA-A100-80GB-PCIe"
 A30 = "NVIDIA-A30"
@@ -211,6 +212,18 @@ def mig_cluster() -> ClusterSpec:
 STATIC_BALANCED = {H100: BALANCED_80GB, A100: BALANCED_80GB, A30: BALANCED_A30}
 
 
+def churn_cluster() -> ClusterSpec:
+    """The churn scenario's cluster: A100-80GB, H100-80GB and H200 nodes x 8 GPUs, all in dynamic MIG mode."""
+    return ClusterSpec(
+        "churn",
+        (
+            NodeSpec(A100, 10, 8, 192_000, 2 * TIB, mig=MigMode.DYNAMIC),
+            NodeSpec(H100, 10, 8, 192_000, 2 * TIB, mig=MigMode.DYNAMIC),
+            NodeSpec(H200, 10, 8, 192_000, 2 * TIB, mig=MigMode.DYNAMIC),
+        ),
+    )
+
+
 def nvlink_cluster() -> ClusterSpec:
     """NVSwitch H100 x 8, DGX-1 V100 hybrid cube-mesh x 8 and A100 PCIe x 4 with NVLink bridge pairs."""
     return ClusterSpec(
@@ -312,6 +325,7 @@ CLUSTERS = {
     "mig-static-balanced": lambda: mig_cluster().with_mig(MigMode.STATIC, STATIC_BALANCED),
     "nvlink": nvlink_cluster,
     "cost": cost_cluster,
+    "churn": churn_cluster,
 }
 
 

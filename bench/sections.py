@@ -9,56 +9,13 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpupack.bench import plots
 from gpupack.bench.markdown import Table
-
-# Published FGD-paper figures (ATC'23): unallocated GPU % at arrived = 100 %, median of 10 seeds
-PUBLISHED_FGD: dict[str, dict[str, float]] = {
-    "default": {
-        "random": 13.75,
-        "dot-product": 9.45,
-        "gpu-clustering": 8.42,
-        "gpu-packing": 8.20,
-        "best-fit": 7.09,
-        "fgd": 4.77,
-    },
-    "cpu050": {
-        "random": 11.02,
-        "dot-product": 6.94,
-        "gpu-clustering": 6.52,
-        "gpu-packing": 6.47,
-        "best-fit": 6.42,
-        "fgd": 5.00,
-    },
-    "gpushare40": {
-        "random": 15.04,
-        "dot-product": 10.66,
-        "gpu-clustering": 10.18,
-        "gpu-packing": 10.19,
-        "best-fit": 8.53,
-        "fgd": 6.05,
-    },
-    "gpuspec10": {
-        "random": 13.69,
-        "dot-product": 9.75,
-        "gpu-clustering": 8.05,
-        "gpu-packing": 7.77,
-        "best-fit": 6.88,
-        "fgd": 5.30,
-    },
-    "multigpu20": {
-        "random": 13.16,
-        "dot-product": 8.19,
-        "gpu-clustering": 6.62,
-        "gpu-packing": 6.49,
-        "best-fit": 6.27,
-        "fgd": 4.47,
-    },
-}
+from gpupack.bench.paired import PerSeed, paired
 
 Result = Mapping[str, object]
 
@@ -121,85 +78,48 @@ def curve_entry(label: str, results: Sequence[Result]) -> dict[str, object]:
     return {"policy": label, "runs": [run_of(results[0])]}
 
 
+def medians(values: Mapping[str, PerSeed]) -> dict[str, float]:
+    """The median of each policy's per-seed values (policies without any left out), for the plots."""
+    out = {name: median(seeds.values()) for name, seeds in values.items()}
+    return {name: value for name, value in out.items() if value is not None}
+
+
+def per_seed(results: Iterable[Result], value: Callable[[Result], float | None]) -> dict[int, float | None]:
+    """`value` of each run, by seed (what `compare` pairs)."""
+    return {int(r["seed"]): value(r) for r in results}  # type: ignore[call-overload]
+
+
 def compare(
-    section: Section, what: str, values: Mapping[str, float | None], higher_is_better: bool, unit: str = " %"
+    section: Section,
+    what: str,
+    values: Mapping[str, PerSeed],
+    higher_is_better: bool,
+    unit: str = " %",
 ) -> None:
-    """Add one finding per baseline: gpupack's value of `what` against the baseline's."""
+    """Add one finding per baseline: gpupack's per-seed values of `what` paired with the baseline's.
+
+    A finding is `better` / `worse` only when the paired sign test says so (`bench.paired`); a
+    difference inside the seed noise is a tie, listed with the not-better ones.
+    """
     mine = values.get("gpupack")
-    if mine is None:
+    if not mine:
         return
     for name, theirs in values.items():
-        if name == "gpupack" or theirs is None:
+        if name == "gpupack" or not theirs:
             continue
-        diff = round(mine - theirs, 2)
-        gain = diff if higher_is_better else -diff
-        text = f"{what}: gpupack {mine}{unit} vs {name} {theirs}{unit}"
-        if gain > 0:
-            section.better.append(f"{text} (better by {abs(diff)})")
-        elif gain == 0:
-            section.not_better.append(f"{text} (equal)")
-        else:
-            section.not_better.append(f"{text} (worse by {abs(diff)})")
+        result = paired(mine, theirs, higher_is_better)
+        if not result.diffs:
+            continue
+        text = (
+            f"{what}: gpupack {median(mine.values())}{unit} vs {name} {median(theirs.values())}{unit} "
+            f"(medians): **{result.verdict}**; {result.describe(unit)}"
+        )
+        (section.better if result.verdict == "better" else section.not_better).append(text)
 
 
-# ----------------------------------------------------------------------------- openb
-def openb_section(results: Sequence[Result], traces: Sequence[str], policies: Sequence[str], out: Path) -> Section:
-    """Median unallocated GPU % at arrived 100 % per policy and trace, beside the published figures."""
-    section = Section()
-    by = group(results, "trace", "policy")
-    table = Table(["policy", *[c for t in traces for c in (t, f"{t} paper")]])
-    medians: dict[str, dict[str, float | None]] = {t: {} for t in traces}
-    seconds = Table(["policy", "runs", "mean seconds per run", "mean pods per run"])
-    for policy in policies:
-        cells: list[float | None] = []
-        for trace in traces:
-            runs = by.get((trace, policy), [])
-            value = median(100.0 - a for a in (alloc_at_100(r) for r in runs) if a is not None)
-            medians[trace][policy] = value
-            cells += [value, PUBLISHED_FGD.get(trace, {}).get(policy)]
-        table.add(policy, *cells)
-        runs = [r for t in traces for r in by.get((t, policy), [])]
-        if runs:
-            seconds.add(
-                policy,
-                len(runs),
-                round(statistics.mean(float(run_of(r)["seconds"]) for r in runs), 2),  # type: ignore[arg-type]
-                round(statistics.mean(int(run_of(r)["pods_submitted"]) for r in runs)),  # type: ignore[call-overload]
-            )
-    section.tables = {"openb_unallocated": table, "openb_seconds": seconds}
-    for trace in traces:
-        compare(section, f"openb {trace}, unallocated GPU % at arrived 100 %", medians[trace], higher_is_better=False)
-        entries = [curve_entry(p, by[(trace, p)]) for p in policies if by.get((trace, p))]
-        if entries:
-            name = f"openb_curves_{trace}.png"
-            plots.allocation_curves(entries, out / name, title=f"openb {trace}: allocation vs arrived (first seed)")
-            section.plots.append(name)
-    plots.grouped_bars(
-        {t: {p: v for p, v in medians[t].items() if v is not None} for t in traces},
-        out / "openb_unallocated.png",
-        "unallocated GPU % at arrived 100 % (median)",
-        "openb: unallocated GPUs (lower is better)",
-    )
-    section.plots.append("openb_unallocated.png")
-    section.data["runs"] = {
-        f"{t}/{p}": [_slim(run_of(r), keep_curve=i == 0) for i, r in enumerate(by[(t, p)])] for (t, p) in by
-    }
-    return section
-
-
-def _slim(run: Mapping[str, object], keep_curve: bool) -> dict[str, object]:
+def slim(run: Mapping[str, object], keep_curve: bool) -> dict[str, object]:
     """A run as saved in results.json: the curve only for the first seed."""
     return {k: v for k, v in run.items() if k != "curve" or keep_curve}
-
-
-def readme_block(section: Section, report_link: str, seeds: str, stamp: str) -> str:
-    """The README's openb headline: the policies x traces table and a link to the full report."""
-    table = section.tables["openb_unallocated"].markdown()
-    return (
-        f"Median unallocated GPU % at arrived = 100 % on the openb traces (fgd protocol, seeds {seeds}; "
-        f"lower is better), beside the published FGD-paper figures (`paper`). {stamp}\n\n{table}\n\n"
-        f"Full report (MIG, NVLink, cost and speed scenarios): [{report_link}]({report_link})"
-    )
 
 
 # ----------------------------------------------------------------------------- MIG
@@ -218,22 +138,22 @@ def mig_section(results: Sequence[Result], labels: Sequence[str], out: Path) -> 
         ]
     )
     failed: dict[str, dict[str, float]] = {}
-    alloc: dict[str, float | None] = {}
-    stranded: dict[str, float | None] = {}
+    alloc: dict[str, PerSeed] = {}
+    stranded: dict[str, PerSeed] = {}
     for label in labels:
         runs = by.get((label,), [])
         if not runs:
             continue
-        alloc[label] = median(alloc_at_100(r) for r in runs)
+        alloc[label] = per_seed(runs, alloc_at_100)
+        stranded[label] = per_seed(runs, lambda r: r["stranding"]["stranded_pct"])  # type: ignore[index]
         strand = [r["stranding"] for r in runs]
-        stranded[label] = median(s["stranded_pct"] for s in strand)  # type: ignore[index]
         table.add(
             label,
-            alloc[label],
+            median(alloc[label].values()),
             median(int(run_of(r)["pods_submitted"]) - int(run_of(r)["pods_scheduled"]) for r in runs),  # type: ignore[call-overload]
-            median(s["with_free_slices"] for s in strand),
+            median(s["with_free_slices"] for s in strand),  # type: ignore[index]
             median(s["stranded"] for s in strand),  # type: ignore[index]
-            stranded[label],
+            median(stranded[label].values()),
         )
         totals: dict[str, int] = defaultdict(int)
         for r in runs:
@@ -257,13 +177,13 @@ def mig_section(results: Sequence[Result], labels: Sequence[str], out: Path) -> 
         ylim=(0, 100),
     )
     plots.bar_chart(
-        {k: v for k, v in alloc.items() if v is not None},
+        medians(alloc),
         out / "mig_alloc.png",
         "allocation % at arrived 100 %",
         "MIG: compute-slice allocation (higher is better)",
     )
     plots.bar_chart(
-        {k: v for k, v in stranded.items() if v is not None},
+        medians(stranded),
         out / "mig_stranded.png",
         "stranded GPUs %",
         "MIG: GPUs whose free slices fit no pending profile (lower is better)",
@@ -274,7 +194,7 @@ def mig_section(results: Sequence[Result], labels: Sequence[str], out: Path) -> 
     if grids:
         plots.mig_occupancy(grids, out / "mig_occupancy.png", "MIG slot occupancy of a sample of partitioned GPUs")  # type: ignore[arg-type]
         section.plots.append("mig_occupancy.png")
-    section.data["runs"] = {label: [_slim(run_of(r), i == 0) for i, r in enumerate(by[(label,)])] for (label,) in by}
+    section.data["runs"] = {label: [slim(run_of(r), i == 0) for i, r in enumerate(by[(label,)])] for (label,) in by}
     return section
 
 
@@ -297,21 +217,20 @@ def nvlink_section(results: Sequence[Result], policies: Sequence[str], out: Path
             "link score vs best free set %",
         ]
     )
-    metrics: dict[str, dict[str, float | None]] = {"alloc": {}, "linked": {}, "score": {}}
+    metrics: dict[str, dict[str, PerSeed]] = {"alloc": {}, "linked": {}, "score": {}}
     for policy in policies:
         runs = by.get((policy,), [])
         if not runs:
             continue
-        links = [r["links"] for r in runs]
-        metrics["alloc"][policy] = median(alloc_at_100(r) for r in runs)
-        metrics["linked"][policy] = median(x["all_nvlinked_pct"] for x in links)  # type: ignore[index]
-        metrics["score"][policy] = median(x["mean_link_score_vs_best_pct"] for x in links)  # type: ignore[index]
+        metrics["alloc"][policy] = per_seed(runs, alloc_at_100)
+        metrics["linked"][policy] = per_seed(runs, lambda r: r["links"]["all_nvlinked_pct"])  # type: ignore[index]
+        metrics["score"][policy] = per_seed(runs, lambda r: r["links"]["mean_link_score_vs_best_pct"])  # type: ignore[index]
         table.add(
             policy,
-            metrics["alloc"][policy],
-            median(x["multi_gpu_pods"] for x in links),  # type: ignore[index]
-            metrics["linked"][policy],
-            metrics["score"][policy],
+            median(metrics["alloc"][policy].values()),
+            median(r["links"]["multi_gpu_pods"] for r in runs),  # type: ignore[index]
+            median(metrics["linked"][policy].values()),
+            median(metrics["score"][policy].values()),
         )
     section.tables = {"nvlink": table}
     compare(section, "NVLink, allocation % at arrived 100 %", metrics["alloc"], higher_is_better=True)
@@ -321,15 +240,15 @@ def nvlink_section(results: Sequence[Result], policies: Sequence[str], out: Path
     plots.allocation_curves(entries, out / "nvlink_curves.png", "NVLink cluster: allocation vs arrived (first seed)")
     plots.grouped_bars(
         {
-            "all pairs NVLinked %": {p: v for p, v in metrics["linked"].items() if v is not None},
-            "link score vs best %": {p: v for p, v in metrics["score"].items() if v is not None},
+            "all pairs NVLinked %": medians(metrics["linked"]),
+            "link score vs best %": medians(metrics["score"]),
         },
         out / "nvlink_links.png",
         "%",
         "NVLink quality of multi-GPU pods (higher is better)",
     )
     section.plots += ["nvlink_curves.png", "nvlink_links.png"]
-    section.data["runs"] = {p: [_slim(run_of(r), i == 0) for i, r in enumerate(by[(p,)])] for (p,) in by}
+    section.data["runs"] = {p: [slim(run_of(r), i == 0) for i, r in enumerate(by[(p,)])] for (p,) in by}
     return section
 
 
@@ -350,16 +269,16 @@ def cost_section(results: Sequence[Result], policies: Sequence[str], ratios: Seq
     table = Table(["load (x capacity)", "policy", "alloc % at end", *[label for _, label in COST_COLUMNS]])
     busy: dict[str, dict[str, float]] = {}
     for ratio in ratios:
-        values: dict[str, dict[str, float | None]] = defaultdict(dict)
+        values: dict[str, dict[str, PerSeed]] = defaultdict(dict)  # per-seed values, paired by `compare`
         for policy in policies:
             runs = by.get((ratio, policy), [])
             if not runs:
                 continue
             row = {key: median(r["cost"][key] for r in runs) for key, _ in COST_COLUMNS}  # type: ignore[index]
-            values["alloc"][policy] = median(alloc_at_end(r) for r in runs)
+            values["alloc"][policy] = per_seed(runs, alloc_at_end)
             for key, _ in COST_COLUMNS:
-                values[key][policy] = row[key]
-            table.add(ratio, policy, values["alloc"][policy], *[row[key] for key, _ in COST_COLUMNS])
+                values[key][policy] = per_seed(runs, lambda r, key=key: r["cost"][key])  # type: ignore[index,misc]
+            table.add(ratio, policy, median(values["alloc"][policy].values()), *[row[key] for key, _ in COST_COLUMNS])
         where = f"cost, load {ratio}"
         compare(section, f"{where}, busy-node cost $/h", values["busy_node_cost_per_hour"], False, unit="")
         compare(
@@ -375,7 +294,7 @@ def cost_section(results: Sequence[Result], policies: Sequence[str], ratios: Seq
             higher_is_better=True,
         )
         compare(section, f"{where}, allocation % at end", values["alloc"], higher_is_better=True)
-        busy[f"load {ratio}"] = {p: v for p, v in values["busy_node_cost_per_hour"].items() if v is not None}
+        busy[f"load {ratio}"] = medians(values["busy_node_cost_per_hour"])
         entries = [curve_entry(p, by[(ratio, p)]) for p in policies if by.get((ratio, p))]
         name = f"cost_curves_{ratio}.png"
         plots.allocation_curves(
@@ -392,7 +311,7 @@ def cost_section(results: Sequence[Result], policies: Sequence[str], ratios: Seq
     )
     section.plots.append("cost_busy.png")
     section.data["runs"] = {
-        f"{ratio}/{p}": [_slim(run_of(r), i == 0) for i, r in enumerate(by[(ratio, p)])] for (ratio, p) in by
+        f"{ratio}/{p}": [slim(run_of(r), i == 0) for i, r in enumerate(by[(ratio, p)])] for (ratio, p) in by
     }
     return section
 

@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +25,9 @@ from gpupack.scoring.inventory import Inventory
 from gpupack.scoring.mix import typical_mix
 from gpupack.scoring.policies import GpupackArgs, GpupackWeights, PolicySpec, TieBreak
 from gpupack.scoring.request import Kind, PodRequest
+
+if TYPE_CHECKING:
+    from gpupack.bench.churn import ChurnConfig
 
 CURVE_STEP_PCT = 1.0
 
@@ -69,8 +73,13 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def make_policy(name: str, trace_pods: list[TracePod]) -> PolicySpec:
-    """The named policy; `fgd` gets its oracle: the typical shapes of the whole trace.
+def make_policy(name: str, workload: list[TracePod]) -> PolicySpec:
+    """The named policy; `fgd` gets its oracle: the typical shapes of the whole `workload`.
+
+    Pass the pods as submitted (after the protocol's inflation), as the ATC'23 simulator computes its
+    typical pods from the workload it schedules: replaying its seed-42 order, the oracle of the submitted
+    pods reproduces its published allocation (tests/test_fidelity.py), the one of the trace file does not
+    (0.1 point more).
 
     `gpupack[spot_avoid=0,pack=0.1]` is gpupack with those weights (scoring.policies.GpupackWeights).
     """
@@ -79,7 +88,7 @@ def make_policy(name: str, trace_pods: list[TracePod]) -> PolicySpec:
     if name.startswith("gpupack[") and name.endswith("]"):
         return policies.gpupack(GpupackArgs(weights=GpupackWeights(**_weights(name[len("gpupack[") : -1]))))
     if name == "fgd":
-        return policies.fgd(typical_mix(p.request for p in trace_pods))
+        return policies.fgd(typical_mix(p.request for p in workload))
     if name.endswith("+besteffort"):
         return policies.baseline(name.removesuffix("+besteffort"), topology_sets=True)
     return policies.baseline(name)
@@ -129,6 +138,30 @@ def _mig_compute(profile: str) -> int:
     return int(head) if head.isdigit() else 1
 
 
+class Decider:
+    """The simulator's side of one decision: the policy learns the request, then the engine decides.
+
+    Ties go to a node order drawn once per run from the seed (or a fresh draw per pod, as the policy's
+    tie-break says); the random policy gets fresh noise per pod from the same generator.
+    """
+
+    def __init__(self, inventory: Inventory, policy: PolicySpec, seed: int | None) -> None:
+        self.engine = Engine(inventory, policy)
+        self.policy = policy
+        self._size = inventory.size
+        self._rng = np.random.default_rng(seed if seed is not None else 0)
+        self._fixed_rank = self._rng.permutation(self._size).astype(np.int64)
+
+    def decide(self, request: PodRequest) -> Decision:
+        """Observe `request` (a learning policy's mix) and decide where it goes; nothing is committed."""
+        n = self._size
+        self.engine.observe(request)
+        fixed = self.policy.tie_break == TieBreak.FIXED
+        rank = self._fixed_rank if fixed else self._rng.permutation(n).astype(np.int64)
+        noise = self._rng.random(n) if self.policy.kernel_id == policies.k.P_RANDOM else None
+        return self.engine.decide(request, rank=rank, noise=noise)
+
+
 def run_once(
     trace: Trace,
     order: list[TracePod],
@@ -137,28 +170,25 @@ def run_once(
     keep_placements: bool = False,
     progress: Callable[[int, int], None] | None = None,
     on_decision: Callable[[TracePod, Decision, Inventory], None] | None = None,
+    ends_at_130: bool = False,
 ) -> RunResult:
     """Submit `order` one pod at a time; failures are dropped, never retried.
 
     `on_decision(pod, decision, inventory)` (for extra metrics) sees every decision before it is committed.
+    `ends_at_130`: the order was inflated to 130 % (fgd protocol), so a run that ends just short of it
+    (the protocol stops up to one pod early) reads its last allocation as the one at 130 %.
     """
     started = time.perf_counter()
     inventory = build_inventory(trace.nodes)
-    engine = Engine(inventory, policy)
+    decider = Decider(inventory, policy, seed)
     capacity = float(inventory.gpus_total())
-    n = inventory.size
-    rng = np.random.default_rng(seed if seed is not None else 0)
-    fixed_rank = rng.permutation(n).astype(np.int64)
     result = RunResult(seed)
     arrived = allocated = 0.0
     next_point = 0.0
     for i, pod in enumerate(order):
         request = pod.request
         arrived += requested_gpus(request)
-        engine.observe(request)
-        rank = fixed_rank if policy.tie_break == TieBreak.FIXED else rng.permutation(n).astype(np.int64)
-        noise = rng.random(n) if policy.kernel_id == policies.k.P_RANDOM else None
-        decision = engine.decide(request, rank=rank, noise=noise)
+        decision = decider.decide(request)
         result.pods_submitted += 1
         if on_decision is not None:
             on_decision(pod, decision, inventory)
@@ -169,7 +199,7 @@ def run_once(
             if keep_placements:
                 result.placements[pod.name] = decision.placement
         else:
-            result.failed_by_kind[_kind_label(request)] = result.failed_by_kind.get(_kind_label(request), 0) + 1
+            result.failed_by_kind[kind_label(request)] = result.failed_by_kind.get(kind_label(request), 0) + 1
         arrived_pct = 100.0 * arrived / capacity
         alloc_pct = 100.0 * allocated / capacity
         if result.alloc_pct_at_100 is None and arrived_pct >= 100.0:
@@ -181,14 +211,15 @@ def run_once(
             next_point = arrived_pct + CURVE_STEP_PCT
         if progress and i % 500 == 0:
             progress(i, len(order))
-    if result.alloc_pct_at_130 is None and result.curve:
+    if ends_at_130 and result.alloc_pct_at_130 is None and result.curve:
         result.alloc_pct_at_130 = result.curve[-1][1]  # the run ended just short of 130 %
     result.seconds = time.perf_counter() - started
     result.inventory = inventory
     return result
 
 
-def _kind_label(request: PodRequest) -> str:
+def kind_label(request: PodRequest) -> str:
+    """How failures are counted: `mig-<profiles>`, `gpu-<N>`, `share`, `none`."""
     if request.kind == Kind.MIG:
         return "mig-" + "+".join(resource_profile(p) for p, _ in request.mig)
     if request.kind == Kind.WHOLE:
@@ -239,13 +270,19 @@ def simulate(
     ratio: float = 1.3,
     show_progress: bool = False,
     order_file: str | None = None,
+    churn: ChurnConfig | None = None,
 ) -> dict[str, object]:
     """Run a policy over a trace with a protocol and seeds; the JSON object of DESIGN.md §6.
 
     `order_file` (fgd protocol) replaces the seeded shuffle and inflation by a submission order read
     from a file, e.g. the published Go simulator's (`default_seed42_order.txt`), for an exact
     side-by-side check; the run's seed is then the first of `seeds` (it only orders ties).
+    `replay` runs once, without a seed; `churn` (bench.churn) runs every seed with `churn`'s settings.
     """
+    if protocol == "churn":
+        from gpupack.bench.churn import ChurnConfig
+
+        return _simulate_churn(trace, policy_name, seeds or [42], churn or ChurnConfig())
     started = time.perf_counter()
     capacity_milli = gpu_milli_capacity(trace.nodes)
     runs: list[RunResult] = []
@@ -253,17 +290,18 @@ def simulate(
     if order_file is not None:
         seed_list = seed_list[:1]
     for seed in seed_list:
-        policy = make_policy(policy_name, trace.pods)
         if protocol == "fgd" and order_file is not None:
             order = read_order_file(order_file, trace.pods)
         elif protocol == "fgd":
             order = fgd_order(trace.pods, capacity_milli, int(seed or 0), ratio)
         else:
             order = replay_order(trace.pods)
+        policy = make_policy(policy_name, order)
         runs.append(
             run_once(
                 trace, order, policy, seed, keep_placements=protocol == "replay",
                 progress=_progress_bar(policy_name, seed) if show_progress else None,
+                ends_at_130=protocol == "fgd" and ratio >= 1.3,
             )
         )  # fmt: skip
         if show_progress:
@@ -278,6 +316,29 @@ def simulate(
         "median": {
             "unallocated_pct_at_100": _round(statistics.median(unalloc_100)) if unalloc_100 else None,
             "unallocated_pct_at_130": _round(statistics.median(unalloc_130)) if unalloc_130 else None,
+        },
+        "pods_per_second": round(sum(r.pods_submitted for r in runs) / max(time.perf_counter() - started, 1e-9), 1),
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+
+
+def _simulate_churn(trace: Trace, policy_name: str, seeds: list[int], config: ChurnConfig) -> dict[str, object]:
+    """`simulate` for the churn protocol: one run per seed, medians of the rejections."""
+    from gpupack.bench.churn import run_churn
+
+    started = time.perf_counter()
+    runs = [run_churn(trace, make_policy(policy_name, trace.pods), seed, config) for seed in seeds]
+    return {
+        "policy": policy_name,
+        "protocol": "churn",
+        "gpus_total": gpu_count(trace.nodes),
+        "churn": {"load": config.load, "warmup_lifetimes": config.warmup, "measured_lifetimes": config.measure},
+        "runs": [r.to_json() for r in runs],
+        "median": {
+            "unallocated_pct_at_100": None,
+            "unallocated_pct_at_130": None,
+            "rejected": statistics.median(r.rejected for r in runs),
+            "rejected_pct": statistics.median(float(r.summary()["rejected_pct"]) for r in runs),  # type: ignore[arg-type]
         },
         "pods_per_second": round(sum(r.pods_submitted for r in runs) / max(time.perf_counter() - started, 1e-9), 1),
         "seconds": round(time.perf_counter() - started, 3),

@@ -308,10 +308,11 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 HTTP_ROUNDS = 3  # per server and form, alternating between the servers
+HTTP_WARMUP = 20  # unmeasured requests before each round
 FULL_MAP = "gpupack, reportNotChosen"  # FailedNodes also names every feasible candidate not chosen
 
 
-def http_latency(node_counts: Sequence[int], requests: int, warmup: int = 20) -> list[dict[str, object]]:
+def http_latency(node_counts: Sequence[int], requests: int, warmup: int = HTTP_WARMUP) -> list[dict[str, object]]:
     """p50/p99 ms of `/filter` for gpupack and a bare handler, NodeNames and Nodes mode, per node count.
 
     Each server is a process of its own: `gpupack serve --cluster-file` as users run it (its logs, its

@@ -52,12 +52,20 @@ def build_parser(prog: str = "gpupack") -> argparse.ArgumentParser:
     simulate.add_argument("--nodes", required=True, help="openb node CSV or YAML/JSON list of Nodes")
     simulate.add_argument("--pods", required=True, help="openb pod CSV or YAML/JSON list of Pods")
     simulate.add_argument("--policy", default="gpupack", help="policy name (default gpupack)")
-    simulate.add_argument("--seeds", type=_seeds, default=[42], help="e.g. 42-51 (fgd protocol)")
-    simulate.add_argument("--protocol", choices=("fgd", "replay"), default="fgd")
+    simulate.add_argument("--seeds", type=_seeds, default=[42], help="e.g. 42-51 (fgd and churn protocols)")
+    simulate.add_argument(
+        "--protocol",
+        choices=("fgd", "replay", "churn"),
+        default="fgd",
+        help="fgd: shuffle, inflate to 130 %%, once; replay: file order, once; churn: pods arrive and complete",
+    )
+    simulate.add_argument(
+        "--load", type=float, default=0.9, help="churn: offered GPU demand in service / GPU capacity (default 0.9)"
+    )
     simulate.add_argument("--mig", choices=("dynamic",), help="dynamic MIG on MIG-capable GPUs")
     simulate.add_argument("--order", help="fgd protocol: submit in this order (e.g. default_seed42_order.txt)")
     simulate.add_argument("--json", action="store_true", help="print one JSON object")
-    simulate.add_argument("--plot", help="write the allocation curves to this PNG")
+    simulate.add_argument("--plot", help="write a PNG: every seed's allocation curve (churn: every seed over time)")
 
     bench = sub.add_parser("bench", help="run the standard comparison and write a report")
     bench.add_argument("--quick", action="store_true", help="fewer seeds and smaller scenarios")

@@ -12,7 +12,8 @@ import orjson
 import pytest
 import yaml
 
-from gpupack.bench import metrics, report
+from gpupack.bench import metrics, openb_report, plots, report
+from gpupack.bench import paired as paired_mod
 from gpupack.bench.jobs import prefix_to_arrived
 from gpupack.bench.markdown import README_END, README_START, Table, update_readme
 from gpupack.bench.report import run_report, tiny_config
@@ -208,10 +209,14 @@ def test_tiny_report_writes_every_file_and_every_table_number_is_in_the_json(tmp
     text = (tmp_path / "REPORT.md").read_text()
     saved = orjson.loads((tmp_path / "results.json").read_bytes())
     assert saved["config"]["label"] == report["config"]["label"] == "tiny"
-    plots = [name for section in saved["sections"].values() for name in section["plots"]]
+    images = [name for section in saved["sections"].values() for name in section["plots"]]
     assert {"openb_unallocated.png", "mig_occupancy.png", "nvlink_links.png", "cost_busy.png", "speed_kernel.png",
-            "speed_http.png", "mig_curves.png", "nvlink_curves.png"} <= set(plots)  # fmt: skip
-    for name in plots:
+            "speed_http.png", "mig_curves.png", "nvlink_curves.png", "openb_curves.png",
+            "openb_gpupack_minus_fgd.png", "churn_over_time.png"} <= set(images)  # fmt: skip
+    assert {"openb_vs_fgd", "openb_spread", "openb_paper"} <= set(saved["sections"]["openb"]["tables"])
+    assert {"churn", "churn_per_seed", "churn_rejected_by_profile"} <= set(saved["sections"]["churn"]["tables"])
+    assert "sign test" in text and "## 2. MIG with churn" in text
+    for name in images:
         assert (tmp_path / name).stat().st_size > 1000, name
         assert f"]({name})" in text
     numbers = _table_numbers(text)
@@ -262,3 +267,120 @@ def test_quick_without_out_writes_a_temporary_folder_and_leaves_bench_results_un
     assert (results / "REPORT.md").read_text() == "full"
     throughput_quick = argparse.Namespace(out=None, quick=True, throughput=True)
     assert report.output_folder(throughput_quick).parent == temporary  # --throughput --quick as well
+
+
+# ----------------------------------------------------------------------------- paired comparisons (#15 item 2)
+def test_sign_test_is_exact_and_two_sided() -> None:
+    assert paired_mod.sign_test(10, 0) == pytest.approx(2 / 1024)
+    assert paired_mod.sign_test(9, 1) == pytest.approx(2 * 11 / 1024)
+    assert paired_mod.sign_test(8, 2) == pytest.approx(2 * 56 / 1024)
+    assert paired_mod.sign_test(0, 0) == 1.0
+
+
+def test_a_lead_inside_the_seed_noise_is_a_tie() -> None:
+    """0.01 better on the median is a tie unless it holds on nearly every seed."""
+    theirs = {seed: 5.0 for seed in range(10)}
+    mostly = {seed: 5.0 - (0.3 if seed < 6 else -0.3) for seed in range(10)}  # better on 6, worse on 4
+    result = paired_mod.paired(mostly, theirs, higher_is_better=False)
+    assert (result.wins, result.losses, result.ties) == (6, 4, 0)
+    assert result.verdict == "tie"
+    always = {seed: 4.99 for seed in range(10)}
+    assert paired_mod.paired(always, theirs, higher_is_better=False).verdict == "better"
+    assert paired_mod.paired(always, theirs, higher_is_better=True).verdict == "worse"
+    equal = paired_mod.paired(theirs, theirs, higher_is_better=False)
+    assert (equal.ties, equal.verdict) == (10, "tie")
+    one_seed = paired_mod.paired({42: 1.0}, {42: 9.0}, higher_is_better=False)
+    assert one_seed.verdict == "tie"  # a single seed can never be told from noise
+
+
+def test_paired_uses_only_the_seeds_both_ran_and_reports_the_spread() -> None:
+    result = paired_mod.paired({1: 4.0, 2: 4.5, 3: 3.0}, {1: 5.0, 2: 4.0, 4: 1.0}, higher_is_better=False)
+    assert result.diffs == (-1.0, 0.5)
+    assert (result.low, result.high, result.counts()) == (-1.0, 0.5, "1/1/0")
+    assert "range -1.00 to +0.50" in result.describe()
+    assert paired_mod.spread([1.0, 2.0, 3.0, 4.0, 5.0]) == 2.0
+
+
+def test_compare_files_every_finding_with_its_paired_evidence() -> None:
+    from gpupack.bench.sections import Section, compare
+
+    section = Section()
+    values = {
+        "gpupack": {s: 4.0 for s in range(10)},
+        "fgd": {s: 4.0 + (0.1 if s % 2 else -0.1) for s in range(10)},  # 5 wins, 5 losses
+        "best-fit": {s: 7.0 for s in range(10)},
+    }
+    compare(section, "openb x", values, higher_is_better=False)
+    (better,) = section.better
+    (not_better,) = section.not_better
+    assert "best-fit" in better and "**better**" in better and "10" in better
+    assert "fgd" in not_better and "**tie**" in not_better and "5" in not_better
+
+
+def test_robustness_table_pairs_gpupack_with_fgd_and_the_paper() -> None:
+    values = {
+        "default": {"gpupack": {s: 4.5 for s in range(10)}, "fgd": {s: 4.8 for s in range(10)}},
+        "gpushare100": {"gpupack": {s: 13.5 for s in range(10)}, "fgd": {s: 13.4 for s in range(10)}},
+    }
+    table = openb_report.robustness_table(values)
+    rows = {row[0]: dict(zip(table.columns, row, strict=True)) for row in table.rows}
+    assert rows["default"]["FGD paper"] == 4.77
+    assert rows["default"]["verdict"] == "better" and rows["default"]["gpupack ≤ paper"] is True
+    assert rows["gpushare100"]["verdict"] == "worse" and rows["gpushare100"]["gpupack ≤ fgd"] is False
+    assert rows["gpushare100"]["gpupack − fgd (median paired)"] == 0.1
+    assert set(openb_report.PUBLISHED_FGD) == set(report.OPENB_TRACES)  # a paper figure for every trace
+
+
+# ----------------------------------------------------------------------------- plots (#18 item 4)
+def test_gpupack_is_drawn_last_thick_and_in_its_own_colour() -> None:
+    names = ["fgd", "gpupack", "best-fit", "gpupack, seed 43"]
+    order = plots.highlight_last(names)
+    assert [names[i] for i in order[-2:]] == ["gpupack", "gpupack, seed 43"]
+    mine, other = plots.line_style("gpupack", 1, 100), plots.line_style("fgd", 0, 100)
+    assert mine["zorder"] > other["zorder"] and mine["linewidth"] > other["linewidth"]
+    others = {plots.line_style(n, i, 100)["color"] for i, n in enumerate(["a", "b", "c", "d", "e", "f"])}
+    assert mine["color"] not in others and len(others) == 6
+    assert len({plots.line_style(n, i, 100)["marker"] for i, n in enumerate(["a", "b", "c"])} | {"o"}) == 4
+
+
+def test_allocation_curves_can_draw_every_seed(tmp_path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    runs = [{"seed": s, "curve": [[0, 0], [50, 49 - s], [100, 90]]} for s in (42, 43, 44)]
+    fig, ax = plt.subplots()
+    plots._curve_lines(ax, [{"policy": "gpupack", "runs": runs}, {"policy": "fgd", "runs": runs}], every_seed=True)
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert sorted(labels) == sorted(f"{p}, seed {s}" for p in ("gpupack", "fgd") for s in (42, 43, 44))
+    assert labels[-3:] == ["gpupack, seed 42", "gpupack, seed 43", "gpupack, seed 44"]  # on top
+    plt.close(fig)
+    path = plots.allocation_curves([{"policy": "gpupack", "runs": runs}], tmp_path / "c.png", every_seed=True)
+    assert path.stat().st_size > 1000
+
+
+# ----------------------------------------------------------------------------- report prose (#17 item 4)
+def test_the_soak_section_names_its_source_commit_and_date(tmp_path: Path) -> None:
+    from gpupack.bench.report_text import soak_text
+
+    assert soak_text(tmp_path, tmp_path) == ""  # no soak report: no section
+    (tmp_path / "soak.md").write_text("## Soak\n\n100 calls, verdict **pass**\n\n```json\n{}\n```\n")
+    (tmp_path / "soak.json").write_text('{"calls": 100}')
+    text = soak_text(tmp_path, tmp_path)  # not a git repository: says so
+    assert "python -m gpupack.bench.soak" in text and "recorded no commit or date" in text
+    assert "100 calls" in text and "```json" not in text
+    (tmp_path / "soak.json").write_text('{"calls": 100, "commit": "abc123", "date": "2026-11-26 09:00 UTC"}')
+    assert "run on commit `abc123` on 2026-11-26 09:00 UTC" in soak_text(tmp_path, tmp_path)
+
+
+def test_cost_prose_reads_the_spot_discount_from_the_cluster() -> None:
+    from gpupack.bench.report_text import spot_price_ratio
+
+    assert spot_price_ratio(cost_cluster().describe()) == pytest.approx(0.35, abs=0.01)
+    assert spot_price_ratio(mig_cluster().describe()) is None
+
+
+def test_report_render_stays_short() -> None:
+    import inspect
+
+    from gpupack.bench.report_text import render
+
+    assert len(inspect.getsource(render).splitlines()) <= 80
