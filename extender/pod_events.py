@@ -218,7 +218,7 @@ class PodEvents:
     def counts(self) -> tuple[dict[str, int], dict[str, int]]:
         """(events written by reason, events not written by why), for /metrics."""
         with self._lock:
-            return dict(self.written), dict(self.failures)
+            return {str(k): n for k, n in self.written.items()}, {str(k): n for k, n in self.failures.items()}
 
     def failing(self) -> dict[str, int]:
         """Failures in a row by pod identity, of the pods being counted."""

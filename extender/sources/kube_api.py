@@ -167,6 +167,8 @@ class OfficialKubeApi:
     def create_event(self, namespace: str, event: JsonObject) -> None:
         """POST /apis/events.k8s.io/v1/namespaces/{namespace}/events (the response is not read)."""
         body = client.EventsV1Event.from_dict(dict(event))
+        if body is None:
+            raise ValueError("an empty Event")
         if body.event_time is not None and body.event_time.microsecond == 0:
             # The client writes a datetime with isoformat(), which leaves out a zero fraction, and the
             # API server's MicroTime wants exactly six digits: move such a time by one microsecond.
