@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -159,7 +159,9 @@ class FakeApiServer:
             pod["metadata"]["annotations"] = merged
             self._record("Pod", "MODIFIED", pod)
 
-    def create_binding(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
+    def create_binding(
+        self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
+    ) -> None:
         """Like the Binding subresource: nodeName and annotations in one change, or neither."""
         with self.cond:
             self._fault(self.fail_binding, namespace, name)
