@@ -60,9 +60,13 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
 
     def ListAndWatch(self, request: pb.Empty, context: grpc.ServicerContext) -> Iterator[pb.ListAndWatchResponse]:
         seen = -1
+
+        def stopped_or_changed() -> bool:
+            return self._stopped or self._version != seen
+
         while context.is_active():
             with self._changed:
-                self._changed.wait_for(lambda seen=seen: self._stopped or self._version != seen, timeout=1.0)
+                self._changed.wait_for(stopped_or_changed, timeout=1.0)
                 if self._stopped:
                     return
                 if self._version == seen:
