@@ -14,7 +14,7 @@ A change of the annotation rebuilds the node's accounting (as a change of its fa
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,7 +99,7 @@ class NodeUsageBook:
         self.usage.pop(node, None)
         self.holds.pop(node, None)
 
-    def commit_hold(self, node: str, placed_by_pod: set[str]) -> Placement | None:
+    def commit_hold(self, node: str, placed_by_pod: Collection[str]) -> Placement | None:
         """Commit the node's hold: blocked slots and the slots of listed pods not in `placed_by_pod`."""
         usage = self.usage.get(node)
         if usage is None:

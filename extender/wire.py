@@ -180,11 +180,11 @@ def parse_extender_args(body: bytes, max_candidates: int = DEFAULT_MAX_CANDIDATE
         given = "both" if args.nodes is not None else "neither"
         raise WireError(f"exactly one of Nodes and NodeNames must be non-null, got {given}")
     if args.nodes is not None:
-        names = tuple(_item_name(item) for item in args.nodes.items)
-        if not all(names):
-            raise WireError(f"Nodes.items[{names.index('')}] has no metadata.name")
-        _check_candidates("Nodes.items", len(names), max(map(len, names), default=0), max_candidates)
-        args._names = names
+        item_names = tuple(_item_name(item) for item in args.nodes.items)
+        if not all(item_names):
+            raise WireError(f"Nodes.items[{item_names.index('')}] has no metadata.name")
+        _check_candidates("Nodes.items", len(item_names), max(map(len, item_names), default=0), max_candidates)
+        args._names = item_names
     elif args.node_names is not None:
         _check_candidates("NodeNames", len(args.node_names), max(map(len, args.node_names), default=0), max_candidates)
     return args

@@ -176,7 +176,7 @@ def rows_of_spans(
         h = hashes[e]
         tag = h & TAG_MASK
         slot = h & table
-        found = -1
+        found = np.int64(-1)
         while slots[slot] != 0:
             if slots[slot] & TAG_MASK == tag:
                 row = (slots[slot] & ROW_MASK) - np.uint64(1)  # unsigned: indexes without wraparound checks
@@ -319,7 +319,7 @@ class NameArray:
 
     def names(self) -> list[str]:
         """Every element, in order."""
-        return orjson.loads(self.data[self.begin : self.end])  # type: ignore[no-any-return]
+        return orjson.loads(self.data[self.begin : self.end])
 
     def __contains__(self, name: object) -> bool:
         if not isinstance(name, str):
@@ -374,7 +374,7 @@ class RowReasons(Mapping[str, str]):
         if self._dict is None:
             names, texts = self.index.names, self.texts
             pairs = zip(self.rows.tolist(), self.codes.tolist(), strict=True)
-            self._dict = {names[row]: texts[code] for row, code in pairs}  # type: ignore[misc]
+            self._dict = {names[row]: texts[code] for row, code in pairs}
         return self._dict
 
     def __getitem__(self, name: str) -> str:
