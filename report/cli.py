@@ -12,7 +12,7 @@ from pathlib import Path
 
 import orjson
 
-from gpupack.extender.settings import SettingsError
+from gpupack.extender.settings import Settings, SettingsError
 from gpupack.extender.sources import SourceError
 from gpupack.report.build import build_report
 from gpupack.report.render_html import render_html
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _snapshot(args: argparse.Namespace, settings) -> ClusterSnapshot:  # type: ignore[no-untyped-def]
+def _snapshot(args: argparse.Namespace, settings: Settings) -> ClusterSnapshot:
     if args.cluster_file:
         return read_cluster_file(args.cluster_file, settings)
     if args.from_simulation:

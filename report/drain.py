@@ -44,7 +44,7 @@ class Move:
 
     pod: str
     to: str
-    gpus: list[dict[str, object]]
+    gpus: list[dict[str, int | str]]  # as in gpupack.io/assignment
 
     def to_json(self) -> dict[str, object]:
         return {"pod": self.pod, "to": self.to, "gpus": self.gpus}
@@ -148,7 +148,8 @@ def _empty(
     for pod in pods:
         inventory.release(pod.placement)
     ordered = sorted(pods, key=lambda p: (-p.gpus, p.key))
-    return [Move(p.key, c.node, c.to_assignment()["gpus"]) for p, c in zip(ordered, committed, strict=True)], ""
+    moves = [Move(p.key, c.node, [slot.to_json() for slot in c.slots]) for p, c in zip(ordered, committed, strict=True)]
+    return moves, ""
 
 
 def _price(inventory: Inventory, node: str) -> float:
