@@ -8,17 +8,16 @@ on a scratch state with the service's own settings, both `decideInFilter` settin
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
+from gpupack.extender.objects import make_node, make_pod
 from gpupack.extender.settings import Settings
 from gpupack.extender.sources import NodeUpserted, Synced
 from gpupack.extender.state import ClusterState
 from gpupack.extender.verbs import filter_body, prioritize_body
 
-_NODES = (
-    ("warm-up-dynamic", {"gpupack.io/mig": "dynamic"}, {"nvidia.com/gpu": "8"}),
-    ("warm-up-small", {}, {"nvidia.com/gpu": "1"}),
-)
 _LIMITS = (
     {"nvidia.com/gpu": "2"},
     {"gpupack.io/gpu-milli": "250"},
@@ -31,28 +30,24 @@ def compile_kernels(service_settings: Settings) -> None:
     for decide_in_filter in (True, False):
         settings = service_settings.model_copy(update={"decide_in_filter": decide_in_filter})
         scratch = ClusterState(settings)
-        for name, node_annotations, allocatable in _NODES:
-            scratch.apply(NodeUpserted(_node(name, node_annotations, allocatable)))
+        nodes = _nodes()
+        for node in nodes:
+            scratch.apply(NodeUpserted(node))
         scratch.apply(Synced())
+        names = [node["metadata"]["name"] for node in nodes] + ["warm-up-unknown"]
         for number, limits in enumerate(_LIMITS):
-            body = _filter_body(number, limits)
+            body = _filter_body(number, limits, names)
             filter_body(scratch, settings, body)
             prioritize_body(scratch, body)
 
 
-def _node(name: str, annotations: dict[str, str], allocatable: dict[str, str]) -> dict[str, object]:
-    labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": allocatable["nvidia.com/gpu"]}
-    resources = {"cpu": "64", "memory": "512Gi", "pods": "110", **allocatable}
-    return {
-        "metadata": {"name": name, "labels": labels, "annotations": annotations},
-        "status": {"allocatable": resources, "capacity": resources},
-    }
+def _nodes() -> list[dict[str, Any]]:
+    """An 8-GPU dynamic-MIG node and a 1-GPU node."""
+    dynamic = make_node("warm-up-dynamic", gpus=8, cpu="64", memory="512Gi", annotations={"gpupack.io/mig": "dynamic"})
+    return [dynamic, make_node("warm-up-small", gpus=1, cpu="64", memory="512Gi")]
 
 
-def _filter_body(number: int, limits: dict[str, str]) -> bytes:
-    pod = {
-        "metadata": {"name": f"warm-up-{number}", "namespace": "gpupack-warm-up", "uid": f"warm-up-{number}"},
-        "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]},
-    }
-    names = [name for name, _, _ in _NODES] + ["warm-up-unknown"]
+def _filter_body(number: int, limits: dict[str, str], names: list[str]) -> bytes:
+    name = f"warm-up-{number}"
+    pod = make_pod(name, namespace="gpupack-warm-up", uid=name, requests=limits)
     return orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": names})

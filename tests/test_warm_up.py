@@ -14,7 +14,8 @@ from tests.extender_helpers import ROOT
 PROBE = """
 import orjson, yaml
 from numba.core.registry import CPUDispatcher
-from gpupack.scoring import kernels, names
+from gpupack.scoring import kernels
+from gpupack.scoring import names as name_kernels  # `names` below is the candidates
 from gpupack.extender.settings import Settings
 from gpupack.extender.sources import ClusterFileSource
 from gpupack.extender.state import ClusterState
@@ -23,7 +24,7 @@ from gpupack.extender.verbs import filter_body, prioritize_body
 def compiled():
     return {
         f"{module.__name__}.{name}": len(kernel.signatures)
-        for module in (kernels, names)
+        for module in (kernels, name_kernels)
         for name, kernel in vars(module).items()
         if isinstance(kernel, CPUDispatcher)
     }
