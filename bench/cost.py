@@ -4,8 +4,9 @@ How clusters run spot today: spot nodes carry a taint that only interruptible po
 pods prefer spot by a preferred node affinity. Here that is `SpotPractice.TAINT`: a non-interruptible
 pod is offered the on-demand nodes only; an interruptible one the spot nodes first (a strong
 preference: kube-scheduler's affinity term outweighs its spreading score), then every node. gpupack
-runs with `nonInterruptibleOnSpot: forbid` (its own rule, no taint needed) and with its default
-`avoid`; the plain baselines, which ignore capacity type, are kept beside for reference.
+runs under the same practice (default weights, and the cost profile below), with its own rule
+`nonInterruptibleOnSpot: forbid` instead, and with its default `avoid`; the plain baselines, which
+ignore capacity type, are kept beside for reference.
 
 Per run (the cost cluster, openb `default` pods with `qos: BE` interruptible, FGD order to `load` x
 GPU capacity): busy-node $/h (nodes holding a pod), allocation %, and the risk: GPUs of
@@ -30,7 +31,7 @@ from gpupack.bench.workload import Trace, TracePod, gpu_milli_capacity
 from gpupack.scoring.engine import Engine
 from gpupack.scoring.facts import Placement
 from gpupack.scoring.inventory import Inventory
-from gpupack.scoring.policies import GpupackArgs, PolicySpec, gpupack
+from gpupack.scoring.policies import GpupackArgs, GpupackWeights, PolicySpec, gpupack
 
 DEPARTING = 0.3  # share of the placed pods that leave before empty nodes are counted
 
@@ -51,14 +52,23 @@ class CostPolicy:
     policy: str  # a `make_policy` name
     practice: SpotPractice
     forbid_spot: bool = False  # gpupack: nonInterruptibleOnSpot forbid instead of avoid
+    weights: tuple[tuple[str, float], ...] = ()  # gpupack: weights other than the defaults
 
     def spec(self, pods: Sequence[TracePod]) -> PolicySpec:
-        if self.policy == "gpupack" and self.forbid_spot:
-            return gpupack(GpupackArgs(forbid_spot_for_non_interruptible=True))
+        if self.policy == "gpupack":
+            weights = GpupackWeights(**dict(self.weights))
+            return gpupack(GpupackArgs(weights=weights, forbid_spot_for_non_interruptible=self.forbid_spot))
         return make_policy(self.policy, list(pods))
 
 
+# gpupack's weights for a cost-first cluster, chosen on seeds 0-7 (never on the reported 42-51) among nine
+# sets by a rule fixed beforehand: most (load, seed) pairs at loads 0.6 and 1.0 cheaper than both taint
+# baselines at allocation no lower than best-fit's; ties to the set never dearer than best-fit.
+COST_PROFILE = (("price", 10.0), ("packing", 0.5), ("order", 1.0))
+CONTENDER = "gpupack cost profile + taint"
 COST_POLICIES: tuple[CostPolicy, ...] = (
+    CostPolicy(CONTENDER, "gpupack", SpotPractice.TAINT, weights=COST_PROFILE),
+    CostPolicy("gpupack + taint", "gpupack", SpotPractice.TAINT),
     CostPolicy("gpupack (forbid)", "gpupack", SpotPractice.POLICY, forbid_spot=True),
     CostPolicy("kube-default + taint", "kube-default", SpotPractice.TAINT),
     CostPolicy("best-fit + taint", "best-fit", SpotPractice.TAINT),
@@ -66,7 +76,8 @@ COST_POLICIES: tuple[CostPolicy, ...] = (
     CostPolicy("kube-default", "kube-default", SpotPractice.NONE),
     CostPolicy("best-fit", "best-fit", SpotPractice.NONE),
 )
-ZERO_RISK = ("gpupack (forbid)", "kube-default + taint", "best-fit + taint")
+ZERO_RISK = tuple(p.name for p in COST_POLICIES[:5])  # no non-interruptible pod can land on spot
+BASELINES_AT_ZERO_RISK = ("kube-default + taint", "best-fit + taint")
 
 
 def candidate_masks(inventory: Inventory, pod: TracePod, practice: SpotPractice) -> list[np.ndarray | None]:
