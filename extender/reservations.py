@@ -37,6 +37,21 @@ from gpupack.scoring.request import PodRequest
 Clock = Callable[[], float]
 
 
+class Ended(StrEnum):
+    """How a reservation ended: the `how` label of gpupack_reservations_ended."""
+
+    CONFIRMED = "confirmed"  # the informer saw the pod bound with it
+    EXPIRED = "expired"  # its TTL passed before bind started
+    BIND_FAILED = "bind failed"
+    POD_DELETED = "pod deleted"
+    POD_GONE = "pod gone"  # bound, yet missing from a relist more than a TTL later
+    BOUND_OTHERWISE = "bound otherwise"  # seen bound on another node or with another placement
+    NODE_GONE = "node gone"  # deleted, or its facts became unreadable
+    NODE_CHANGED = "node changed"  # its GPUs changed under it, or bind named another node
+    NODE_UNUSABLE = "node unusable"  # its new facts do not fit the inventory
+    NOT_A_CANDIDATE = "not a candidate"  # filter asked again without its node
+
+
 class ReservationState(StrEnum):
     """Where a reservation is in its life."""
 
@@ -75,7 +90,7 @@ class ReservationBook:
         # reservations that since moved on are skipped when they come up, so expiry costs what expires
         self._deadlines: list[tuple[float, int, Reservation]] = []
         self._tie = itertools.count()
-        self.ended: Counter[str] = Counter()  # how reservations ended: confirmed, bind failed, ...
+        self.ended: Counter[Ended] = Counter()  # how reservations ended
 
     def get(self, uid: str) -> Reservation | None:
         """The live reservation of a pod, if any."""
@@ -136,10 +151,10 @@ class ReservationBook:
             return None
         reservation.state = ReservationState.CONFIRMED
         reservation.deadline = None
-        self.ended["confirmed"] += 1
+        self.ended[Ended.CONFIRMED] += 1
         return reservation
 
-    def forget(self, uid: str, why: str) -> Reservation | None:
+    def forget(self, uid: str, why: Ended) -> Reservation | None:
         """-> FORGOTTEN (bind failed, pod deleted, node gone, ...): the caller releases the capacity."""
         reservation = self._live.pop(uid, None)
         if reservation is None:
@@ -157,5 +172,5 @@ class ReservationBook:
             deadline, _, reservation = heapq.heappop(self._deadlines)
             if self._live.get(reservation.uid) is reservation and reservation.deadline == deadline:
                 expired.append(reservation)
-                self.forget(reservation.uid, "expired")
+                self.forget(reservation.uid, Ended.EXPIRED)
         return expired

@@ -13,8 +13,7 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-from gpupack.extender import state as state_module
-from gpupack.extender import verbs
+from gpupack.extender import decisions, verbs
 from gpupack.extender.app import create_app
 from gpupack.extender.settings import Settings
 from gpupack.extender.state import SEEN_LIMIT, request_bytes
@@ -183,7 +182,7 @@ def test_work_past_its_deadline_stops_after_parsing(state, verb) -> None:
 
 
 def test_seen_is_bounded_in_bytes(monkeypatch, state) -> None:
-    monkeypatch.setattr(state_module, "SEEN_BYTES_LIMIT", 64 << 10)
+    monkeypatch.setattr(decisions, "SEEN_BYTES_LIMIT", 64 << 10)
     products = [f"product-{i:04d}-" + "x" * 48 for i in range(100)]  # 100 product values, each 62 chars
     for i in range(50):
         heavy = pod(f"p{i}", gpus=1)

@@ -11,6 +11,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -191,6 +192,8 @@ def test_event_writes_that_fail_are_counted_and_never_fail_the_bind(extenders: l
 class BlockedSink:
     """An event writer whose API server does not answer until `release` is set."""
 
+    create_binding: Callable[..., None]
+
     def __init__(self) -> None:
         self.release = threading.Event()
         self.created: list[dict] = []
@@ -225,7 +228,8 @@ def test_a_bind_returns_while_its_event_is_still_being_written(tmp_path: Path) -
     path = write_cluster(tmp_path / "c.yaml", [node("a", L4, 2), pod("p1", gpus=1), pod("p2", gpus=1)])
     state, source = file_state(path)
     sink = BlockedSink()
-    state.events = PodEvents(lambda: sink)
+    sink.create_binding = source.create_binding  # binds go through; events wait for `release`
+    state.writer = sink
     for obj in source.pods:
         assert state.decide_for_filter(obj, ["a"])[0] == "a"
         state.bind("default", obj["metadata"]["name"], obj["metadata"]["uid"], "a")  # returns at once

@@ -272,7 +272,7 @@ def test_restart_rebuilds_the_same_state(tmp_path: Path) -> None:
 
 def test_node_with_unreadable_facts_is_unresolvable_and_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     bad = node("bad", L4, 1, annotations={"gpupack.io/hourly-cost": "cheap"})
-    with caplog.at_level(logging.WARNING, logger="gpupack.extender.state"):
+    with caplog.at_level(logging.WARNING, logger="gpupack.extender.pod_ledger"):
         state = state_from([bad, node("good", L4, 1)])
         state.apply(NodeUpserted(bad))
         state.apply(NodeUpserted(bad))
