@@ -98,6 +98,18 @@ class _StateCollector(Collector):
         for reason, count in sorted(snap.bind_failures.items()):
             failures.add_metric((reason,), count)
         yield failures
+        events = CounterMetricFamily("gpupack_events", "Events written on pods, by reason.", labels=("reason",))
+        for reason, count in sorted(snap.events.items()):
+            events.add_metric((reason,), count)
+        yield events
+        event_failures = CounterMetricFamily(
+            "gpupack_event_failures",
+            "Events on pods not written: queue-full (dropped, the writer was behind) or write (refused or failed).",
+            labels=("reason",),
+        )
+        for reason, count in sorted(snap.event_failures.items()):
+            event_failures.add_metric((reason,), count)
+        yield event_failures
         ended = CounterMetricFamily("gpupack_reservations_ended", "Reservations that ended, by how.", labels=("how",))
         for how, count in sorted(snap.reservations_ended.items()):
             ended.add_metric((how,), count)

@@ -18,6 +18,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from gpupack.extender import pod_events
+from gpupack.extender.metrics import Metrics
 from gpupack.extender.pod_events import (
     NOTE_LIMIT,
     REPEATED_FAILURES,
@@ -103,6 +104,7 @@ def test_a_bind_puts_an_assigned_event_naming_what_the_annotation_says(extenders
             if "milli" in slot:
                 assert f"share {slot['milli']}/1000" in note
     assert extender.state.events.counts() == ({"Assigned": 3}, {})
+    assert 'gpupack_events_total{reason="Assigned"} 3.0' in Metrics(extender.state).render().decode()
 
 
 def test_repeated_filter_failures_give_one_warning_then_a_series_at_most_once_a_minute(
@@ -186,6 +188,8 @@ def test_event_writes_that_fail_are_counted_and_never_fail_the_bind(extenders: l
     assert server.pod("default/p")["spec"]["nodeName"] == "a"
     flushed(extender)
     assert server.events == {} and extender.state.events.counts() == ({}, {"write": 1})
+    text = Metrics(extender.state).render().decode()
+    assert 'gpupack_event_failures_total{reason="write"} 1.0' in text
     extender.assert_matches_rebuild()
 
 
