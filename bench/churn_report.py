@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 from gpupack.bench import plots
@@ -48,7 +49,7 @@ def churn_section(results: Sequence[Result], policies: Sequence[str], out: Path)
         "churn_per_seed": _per_seed_table(by, present),
         "churn_rejected_by_profile": _by_profile_table(by, present),
     }
-    metric = {key: {p: per_seed(by[(p,)], lambda r, key=key: summary_value(r, key)) for p in present}
+    metric = {key: {p: per_seed(by[(p,)], partial(summary_value, key=key)) for p in present}
               for key in ("rejected", "mean_stranded_gpus", *placeable)}  # fmt: skip
     compare(section, "MIG churn, pods rejected", metric["rejected"], higher_is_better=False, unit="")
     compare(section, "MIG churn, stranded GPUs (mean)", metric["mean_stranded_gpus"], False, unit="")

@@ -20,11 +20,12 @@ class Table:
     columns: list[str]
     rows: list[list[Cell]] = field(default_factory=list)
 
-    def add(self, *cells: Cell) -> None:
-        """Append one row."""
+    def add(self, *cells: object) -> None:
+        """Append one row. Cells are often values read back from results (typed `object`), so each is
+        checked to be a string, a number or None here."""
         if len(cells) != len(self.columns):
             raise ValueError(f"row of {len(cells)} cells for {len(self.columns)} columns")
-        self.rows.append(list(cells))
+        self.rows.append([_checked(cell) for cell in cells])
 
     def markdown(self) -> str:
         """The table in GitHub markdown; numbers right-aligned, None as an em dash."""
@@ -41,6 +42,12 @@ class Table:
 
     def to_json(self) -> dict[str, object]:
         return {"columns": self.columns, "rows": self.rows}
+
+
+def _checked(value: object) -> Cell:
+    if value is None or isinstance(value, str | int | float):
+        return value
+    raise TypeError(f"table cell {value!r}: not a string, a number or None")
 
 
 def _cell(value: Cell) -> str:

@@ -21,7 +21,7 @@ def line_style(name: str, index: int, points: int) -> dict[str, object]:
     if name.startswith(HIGHLIGHT):
         return {"color": HIGHLIGHT_COLOUR, "linewidth": 2.4, "marker": "o", "markersize": 5,
                 "markevery": every, "zorder": 10}  # fmt: skip
-    colours = [c for c in plt.get_cmap("tab10").colors if c != plt.get_cmap("tab10").colors[3]]  # 3: red
+    colours = [c for i, c in enumerate(matplotlib.color_sequences["tab10"]) if i != 3]  # 3: red
     return {"color": colours[index % len(colours)], "linewidth": 1.2, "marker": MARKERS[index % len(MARKERS)],
             "markersize": 4, "markevery": (index % every, every), "zorder": 2 + index * 0.01}  # fmt: skip
 
@@ -152,7 +152,7 @@ def time_series_panels(
         for i in highlight_last(names):
             points = series[names[i]]
             ax.plot([p[0] for p in points], [p[1] for p in points], label=names[i],
-                    **line_style(names[i], i, len(points)))  # type: ignore[arg-type]  # fmt: skip
+                    **line_style(names[i], i, len(points)))  # fmt: skip
         ax.set_title(name, fontsize=9)
         ax.set_xlabel(xlabel, fontsize=8)
         ax.grid(alpha=0.3)

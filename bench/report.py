@@ -309,7 +309,7 @@ def run_report(config: BenchConfig, out: Path, log: Callable[[str], None] = lamb
         "cost": cost_cluster().scaled(config.scale).describe(),
         "churn": churn_cluster().scaled(config.scale).describe(),
     }
-    report = {
+    report: dict[str, object] = {
         "config": asdict(config),
         "machine": info,
         "clusters": clusters,

@@ -11,6 +11,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from gpupack.bench import plots
@@ -262,6 +263,13 @@ COST_COLUMNS = (
 )
 
 
+def cost_of(result: Result, key: str) -> float | None:
+    """One number of a run's cost block."""
+    cost = result["cost"]
+    assert isinstance(cost, dict)
+    return cost[key]
+
+
 def cost_section(results: Sequence[Result], policies: Sequence[str], ratios: Sequence[float], out: Path) -> Section:
     """Hourly cost of the nodes in use and spot placement, per load level and policy."""
     section = Section()
@@ -274,10 +282,10 @@ def cost_section(results: Sequence[Result], policies: Sequence[str], ratios: Seq
             runs = by.get((ratio, policy), [])
             if not runs:
                 continue
-            row = {key: median(r["cost"][key] for r in runs) for key, _ in COST_COLUMNS}  # type: ignore[index]
+            row = {key: median(cost_of(r, key) for r in runs) for key, _ in COST_COLUMNS}
             values["alloc"][policy] = per_seed(runs, alloc_at_end)
             for key, _ in COST_COLUMNS:
-                values[key][policy] = per_seed(runs, lambda r, key=key: r["cost"][key])  # type: ignore[index,misc]
+                values[key][policy] = per_seed(runs, partial(cost_of, key=key))
             table.add(ratio, policy, median(values["alloc"][policy].values()), *[row[key] for key, _ in COST_COLUMNS])
         where = f"cost, load {ratio}"
         compare(section, f"{where}, busy-node cost $/h", values["busy_node_cost_per_hour"], False, unit="")
@@ -330,7 +338,7 @@ def speed_section(kernel: Sequence[Mapping[str, object]], http: Sequence[Mapping
         k_table.add(
             r["nodes"], r["policy"], r["numba_ms"], r.get("numba_shape_changed_ms"), r.get("numba_cold_ms"),
             r["reference_ms"], r["ratio"], r["reference_calls"], r["same_choice"],
-        )  # type: ignore[arg-type]  # fmt: skip
+        )  # fmt: skip
     h_table = Table(
         ["nodes", "mode", "server", "body KiB", "requests", "p50 ms", "p99 ms", "p50 / bare", "p99 / bare"]
     )
@@ -340,7 +348,7 @@ def speed_section(kernel: Sequence[Mapping[str, object]], http: Sequence[Mapping
             h_table.add(
                 nodes, mode, server, r.get("body_kib"), r.get("requests"), r.get("p50_ms"), r.get("p99_ms"),
                 r.get("p50_vs_bare"), r.get("p99_vs_bare"),
-            )  # type: ignore[arg-type]  # fmt: skip
+            )  # fmt: skip
     section.tables = {"speed_kernel": k_table, "speed_http": h_table}
     if kernel:
         plots.speed_lines(kernel, out / "speed_kernel.png", "Kernel time per decision (1-GPU pod)")

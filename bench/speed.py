@@ -92,31 +92,36 @@ def kernel_times(node_counts: Sequence[int], numba_calls: int, reference_calls: 
     for count in node_counts:
         inventory = busy_inventory(count)
         for name in SPEED_POLICIES:
-            spec = policies.gpupack() if name == "gpupack" else policies.baseline(name)
-            engine = Engine(inventory, spec)
-            first = engine.decide(POD_REQUEST)  # compiles or loads the kernel; fills the caches
-            cold_ms = _mean_ms(lambda s=spec, i=inventory: Engine(i, s).decide(POD_REQUEST), COLD_CALLS)
-            numba_ms = _mean_ms(lambda e=engine: e.decide(POD_REQUEST), numba_calls)
-            shapes = iter([OTHER_REQUEST, POD_REQUEST] * numba_calls)
-            changed_ms = _mean_ms(lambda e=engine, s=shapes: e.decide(next(s)), numba_calls)
-            ref_n = max(1, min(reference_calls, round(reference_calls * 1000 / count)))
-            ref_ms = _mean_ms(lambda s=spec, i=inventory: reference_decide(i, s, POD_REQUEST), ref_n)
-            same = reference_decide(inventory, spec, POD_REQUEST).node == first.node
-            rows.append(
-                {
-                    "nodes": count,
-                    "policy": name,
-                    "numba_ms": round(numba_ms, 3),
-                    "numba_shape_changed_ms": round(changed_ms, 3),
-                    "numba_cold_ms": round(cold_ms, 3),
-                    "numba_calls": numba_calls,
-                    "reference_ms": round(ref_ms, 1),
-                    "reference_calls": ref_n,
-                    "ratio": round(ref_ms / changed_ms, 1),  # both score every node
-                    "same_choice": same,
-                }
-            )
+            rows.append(_kernel_row(inventory, count, name, numba_calls, reference_calls))
     return rows
+
+
+def _kernel_row(
+    inventory: Inventory, count: int, name: str, numba_calls: int, reference_calls: int
+) -> dict[str, object]:
+    """One row of `kernel_times`: policy `name` on `inventory` (`count` nodes)."""
+    spec = policies.gpupack() if name == "gpupack" else policies.baseline(name)
+    engine = Engine(inventory, spec)
+    first = engine.decide(POD_REQUEST)  # compiles or loads the kernel; fills the caches
+    cold_ms = _mean_ms(lambda: Engine(inventory, spec).decide(POD_REQUEST), COLD_CALLS)
+    numba_ms = _mean_ms(lambda: engine.decide(POD_REQUEST), numba_calls)
+    shapes = iter([OTHER_REQUEST, POD_REQUEST] * numba_calls)
+    changed_ms = _mean_ms(lambda: engine.decide(next(shapes)), numba_calls)
+    ref_n = max(1, min(reference_calls, round(reference_calls * 1000 / count)))
+    ref_ms = _mean_ms(lambda: reference_decide(inventory, spec, POD_REQUEST), ref_n)
+    same = reference_decide(inventory, spec, POD_REQUEST).node == first.node
+    return {
+        "nodes": count,
+        "policy": name,
+        "numba_ms": round(numba_ms, 3),
+        "numba_shape_changed_ms": round(changed_ms, 3),
+        "numba_cold_ms": round(cold_ms, 3),
+        "numba_calls": numba_calls,
+        "reference_ms": round(ref_ms, 1),
+        "reference_calls": ref_n,
+        "ratio": round(ref_ms / changed_ms, 1),  # both score every node
+        "same_choice": same,
+    }
 
 
 # ----------------------------------------------------------------------------- HTTP
