@@ -44,6 +44,8 @@ NOT_CHOSEN = "gpupack chose another node"
 SEEN_LIMIT = 100_000  # pods whose request is remembered between filter and bind
 SEEN_BYTES_LIMIT = 64 << 20  # ... and their size: a request can name many GPU products (#13 item 3)
 Answer = TypeVar("Answer")
+Verdicts = tuple[str | None, Mapping[str, str], dict[str, str]]  # chosen node, FailedNodes, FailedAndUnresolvable
+AnswerBuilder = Callable[[str | None, Mapping[str, str], dict[str, str]], Answer]
 
 
 class Outcome(StrEnum):
@@ -56,7 +58,7 @@ class Outcome(StrEnum):
     BAD_REQUEST = "bad-request"  # the pod's request cannot be placed anywhere
 
 
-def verdicts(chosen: str | None, failed: Mapping[str, str], unresolvable: dict[str, str]) -> Any:
+def verdicts(chosen: str | None, failed: Mapping[str, str], unresolvable: dict[str, str]) -> Verdicts:
     """decide_for_filter's default answer: (chosen node or None, FailedNodes, FailedAndUnresolvableNodes)."""
     return chosen, failed, unresolvable
 
@@ -171,7 +173,7 @@ class Decider:
         self,
         pod: Mapping[str, Any],
         candidates: Sequence[str] | NameArray,
-        answer: Callable[[str | None, Mapping[str, str], dict[str, str]], Answer] = verdicts,
+        answer: AnswerBuilder[Answer],
     ) -> Answer:
         """Choose one node among `candidates` and reserve its placement (decide in filter).
 

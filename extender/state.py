@@ -21,9 +21,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from gpupack.extender.binder import NOT_SYNCED, Binder, BindError, BindFailure, api_reason
 from gpupack.extender.decisions import (
@@ -33,9 +33,11 @@ from gpupack.extender.decisions import (
     UNKNOWN_NODE,
     UNSCHEDULABLE_NODE,
     Answer,
+    AnswerBuilder,
     Decider,
     Evaluation,
     Outcome,
+    Verdicts,
     normalise,
     request_bytes,
     verdicts,
@@ -165,13 +167,23 @@ class ClusterState:
         """Apply one source event (the sources' `on_event` callback)."""
         self.ledger.apply(event)
 
+    @overload
+    def decide_for_filter(self, pod: Mapping[str, Any], candidates: Sequence[str] | NameArray) -> Verdicts: ...
+
+    @overload
+    def decide_for_filter(
+        self, pod: Mapping[str, Any], candidates: Sequence[str] | NameArray, answer: AnswerBuilder[Answer]
+    ) -> Answer: ...
+
     def decide_for_filter(
         self,
         pod: Mapping[str, Any],
         candidates: Sequence[str] | NameArray,
-        answer: Callable[[str | None, Mapping[str, str], dict[str, str]], Answer] = verdicts,
-    ) -> Answer:
-        """Choose one node among `candidates` and reserve its placement (`Decider.decide_for_filter`)."""
+        answer: AnswerBuilder[Any] = verdicts,
+    ) -> Any:
+        """Choose one node among `candidates` and reserve its placement (`Decider.decide_for_filter`);
+        `answer` builds what is returned, by default (chosen node or None, FailedNodes,
+        FailedAndUnresolvableNodes)."""
         return self.decider.decide_for_filter(pod, candidates, answer)
 
     def feasible_for_filter(

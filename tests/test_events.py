@@ -83,6 +83,7 @@ def test_a_bind_puts_an_assigned_event_naming_what_the_annotation_says(extenders
     extender = launch(extenders, server)
     for key, candidates in (("default/whole", ["l4"]), ("default/mig", ["h"]), ("default/share", ["h", "l4"])):
         chosen = extender.filter(key, candidates)
+        assert chosen is not None
         extender.bind(key, chosen)
     flushed(extender)
     for key in ("default/whole", "default/mig", "default/share"):

@@ -17,7 +17,7 @@ import pytest
 
 from gpupack.extender.sources import PodUpserted
 from gpupack.extender.state import BindError, ClusterState
-from gpupack.scoring.facts import GpuSlot
+from gpupack.scoring.facts import GpuSlot, Placement
 from tests.extender_helpers import L4, assert_matches_rebuild, assert_no_overlap, node, pod, state_from
 from tests.fake_apiserver import Extender, FakeApiServer, launch
 
@@ -34,6 +34,13 @@ def held(state: ClusterState) -> dict[str, tuple[str, tuple[GpuSlot, ...]] | Non
     for reservation in state.book.live():
         out[reservation.key.split("/")[1]] = (reservation.node, reservation.placement.slots)
     return out
+
+
+def reserved_for(extender: Extender, ident: str) -> Placement:
+    """The placement held for a pod in flight; the test fails if it holds none."""
+    reservation = extender.state.book.get(ident)
+    assert reservation is not None
+    return reservation.placement
 
 
 def written(server: FakeApiServer, key: str) -> dict:
@@ -92,7 +99,7 @@ def test_annotation_set_on_a_reserved_pod_before_bind_is_overwritten(extenders: 
     server = FakeApiServer([node("a", L4, 3)], [owner, pod("p", gpus=1)])
     extender = launch(extenders, server)
     assert extender.filter("default/p", ["a"]) == "a"
-    reserved = extender.state.book.get("uid-default-p").placement.to_assignment()
+    reserved = reserved_for(extender, "uid-default-p").to_assignment()
     server.patch_pod_annotations("default", "p", {ASSIGNMENT: json.dumps(GPU0)})  # the user claims GPU 0
     extender.caught_up()
     extender.bind("default/p", "a")
@@ -113,7 +120,7 @@ def test_annotation_forged_just_before_the_binding_is_overwritten_by_it(extender
         obj["metadata"]["annotations"][ASSIGNMENT] = json.dumps(GPU0)
         server.put_pod(obj)
 
-    reserved = extender.state.book.get("uid-default-p").placement.to_assignment()
+    reserved = reserved_for(extender, "uid-default-p").to_assignment()
     server.fail_binding = forge  # runs inside create_binding, before the pod is bound
     extender.bind("default/p", "a")
     extender.caught_up()
@@ -163,7 +170,7 @@ def test_foreign_claim_on_a_reserved_gpu_does_not_take_it(extenders: list[Extend
     server = FakeApiServer([node("a", L4, 2)], [pod("p", gpus=1)])
     extender = launch(extenders, server)
     assert extender.filter("default/p", ["a"]) == "a"
-    reserved = extender.state.book.get("uid-default-p").placement
+    reserved = reserved_for(extender, "uid-default-p")
     claim = reserved.to_assignment()
     server.put_pod(pod("foreign", gpus=1, node_name="a", scheduler="other", assignment=claim))
     extender.caught_up()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpupack.extender.reservations import ReservationBook, ReservationState
+from gpupack.extender.reservations import Ended, ReservationBook, ReservationState
 from gpupack.scoring.facts import GpuSlot, Placement
 from gpupack.scoring.request import Kind, PodRequest
 from tests.extender_helpers import FakeClock
@@ -24,7 +24,7 @@ def test_each_assumed_reservation_expires_at_its_own_deadline_and_only_once() ->
     book.start_bind("binding")  # no TTL while the writes are in flight
     clock.advance(10)
     hold(book, "gone")
-    book.forget("gone", "pod deleted")
+    book.forget("gone", Ended.POD_DELETED)
     hold(book, "gone")  # the same uid again: only this reservation's deadline counts
 
     assert book.expire_due(now=29.9) == []

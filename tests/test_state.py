@@ -5,15 +5,25 @@ from __future__ import annotations
 import copy
 import json
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import orjson
 import pytest
 
+from gpupack.extender.reservations import Ended
 from gpupack.extender.settings import Settings
-from gpupack.extender.sources import NodeDeleted, NodeUpserted, PodDeleted, PodUpserted, Synced, load_cluster_objects
+from gpupack.extender.sources import (
+    JsonObject,
+    NodeDeleted,
+    NodeUpserted,
+    PodDeleted,
+    PodUpserted,
+    Synced,
+    load_cluster_objects,
+)
 from gpupack.extender.state import NOT_CHOSEN, UNKNOWN_NODE, UNSCHEDULABLE_NODE, BindError, ClusterState, normalise
-from gpupack.scoring.facts import GpuSlot
+from gpupack.scoring.facts import GpuSlot, Placement
 from gpupack.scoring.names import NameArray
 from tests.extender_helpers import (
     A100,
@@ -33,12 +43,18 @@ from tests.extender_helpers import (
 EXAMPLE = load_cluster_objects(EXAMPLE_CLUSTER)
 
 
-def example_state(extra_pods: list[dict] = (), **kw) -> ClusterState:
+def example_state(extra_pods: Sequence[dict] = (), **kw) -> ClusterState:
     return state_from(EXAMPLE.nodes, [*EXAMPLE.pods, *extra_pods], **kw)
 
 
-def by_key(state: ClusterState) -> dict[str, object]:
+def by_key(state: ClusterState) -> dict[str, Placement | None]:
     return {record.key: record.placement for record in state.bound_pods().values()}
+
+
+def placed(placement: Placement | None) -> Placement:
+    """The placement a pod holds; the test fails if it holds nothing."""
+    assert placement is not None
+    return placement
 
 
 def test_example_cluster_commits_assignments_and_accounts_the_foreign_gpu_pod() -> None:
@@ -51,10 +67,10 @@ def test_example_cluster_commits_assignments_and_accounts_the_foreign_gpu_pod() 
         text = obj["metadata"].get("annotations", {}).get("gpupack.io/assignment")
         assert held[key] is not None, key
         if text:
-            assert held[key].to_assignment() == json.loads(text)
+            assert placed(held[key]).to_assignment() == json.loads(text)
     (foreign,) = [r for r in state.bound_pods().values() if r.claimed is None]
     assert foreign.how == "first-fit" and foreign.node == "l4-spot-0"
-    assert foreign.placement.slots == (GpuSlot(0),)
+    assert placed(foreign.placement).slots == (GpuSlot(0),)
     assert state.unplaced() == []
     snap = state.snapshot()
     assert snap.gpus_allocated == pytest.approx(4 + 2 + 1 + 0.25 + 3 / 7 + 1 / 7)
@@ -72,11 +88,11 @@ def test_list_order_does_not_matter_before_sync() -> None:
     claimed = pod("claimed", gpus=1, node_name="l4", assignment={"node": "l4", "gpus": [{"index": 0}]})
     state = state_from(nodes, [foreign, claimed])
     held = by_key(state)
-    assert held["default/claimed"].slots == (GpuSlot(0),)
+    assert placed(held["default/claimed"]).slots == (GpuSlot(0),)
     assert held["default/foreign"] is None  # waits for capacity; never double-booked
     assert state.unplaced() == ["default/foreign"]
     state.apply(PodDeleted("default/claimed", "uid-default-claimed"))
-    assert by_key(state)["default/foreign"].slots == (GpuSlot(0),)
+    assert placed(by_key(state)["default/foreign"]).slots == (GpuSlot(0),)
     assert state.unplaced() == []
 
 
@@ -85,7 +101,7 @@ def test_assignment_naming_another_node_is_placed_first_fit_on_the_bound_node() 
     state = example_state([forged])
     record = state.bound_pods()["uid-default-forged"]
     assert record.claimed is None and record.how == "first-fit"
-    assert record.placement.node == "l4-od-0"
+    assert placed(record.placement).node == "l4-od-0"
     # l4-spot-1 stays free: the forged claim took nothing there
     chosen, _, _ = state.decide_for_filter(pod("probe", gpus=1), ["l4-spot-1"])
     assert chosen == "l4-spot-1"
@@ -98,9 +114,9 @@ def test_assignment_claiming_a_gpu_in_use_never_double_books_or_frees() -> None:
     forged = pod("forged", gpus=1, node_name="h100-spot-0", assignment={"node": "h100-spot-0", "gpus": [{"index": 5}]})
     state = example_state([forged])
     record = state.bound_pods()["uid-default-forged"]
-    assert record.how == "first-fit" and record.placement.slots[0].index not in (4, 5, 6, 7)
+    assert record.how == "first-fit" and placed(record.placement).slots[0].index not in (4, 5, 6, 7)
     llama = next(r for r in state.bound_pods().values() if r.key.endswith("llama-pretrain-3-worker-0"))
-    assert [s.index for s in llama.placement.slots] == [4, 5, 6, 7]
+    assert [s.index for s in placed(llama.placement).slots] == [4, 5, 6, 7]
     assert state.snapshot().gpus_allocated == pytest.approx(before + 1)
     assert_no_overlap(EXAMPLE.nodes, state.placements().values())
     # deleting the forger gives back exactly its one GPU
@@ -121,7 +137,7 @@ def test_forged_claim_on_a_full_node_holds_nothing_until_capacity_frees() -> Non
     state.apply(PodUpserted(changed))
     assert state.snapshot().gpus_allocated == 1
     state.apply(PodDeleted("default/owner", "uid-default-owner"))
-    assert by_key(state)["default/forged"].slots == (GpuSlot(0),)
+    assert placed(by_key(state)["default/forged"]).slots == (GpuSlot(0),)
 
 
 def owner_placement(state: ClusterState):
@@ -159,7 +175,7 @@ def test_reservation_ttl_expiry_releases() -> None:
     assert state.decide_for_filter(pod("p2", gpus=1), ["a"])[0] is None
     clock.advance(5.1)
     assert state.decide_for_filter(pod("p2", gpus=1), ["a"])[0] == "a"
-    assert state.book.ended["expired"] == 1
+    assert state.book.ended[Ended.EXPIRED] == 1
     assert state.snapshot().gpus_allocated == 1
 
 
@@ -203,8 +219,9 @@ def test_node_deleted_while_reserved(tmp_path: Path) -> None:
     path = write_cluster(tmp_path / "c.yaml", [node("a", L4, 1), node("b", L4, 1), pod("p1", gpus=1)])
     state, source = file_state(path)
     chosen = state.decide_for_filter(source.pods[0], ["a", "b"])[0]
+    assert chosen is not None
     state.apply(NodeDeleted(chosen))
-    assert state.book.ended["node gone"] == 1
+    assert state.book.ended[Ended.NODE_GONE] == 1
     with pytest.raises(BindError) as err:
         state.bind("default", "p1", "uid-default-p1", chosen)
     assert err.value.kind == "node-unknown"
@@ -229,11 +246,18 @@ def test_binding_error_releases_the_reservation_and_writes_nothing(tmp_path: Pat
     path = write_cluster(tmp_path / "c.yaml", [node("a", L4, 1), pod("p1", gpus=1)])
     state, source = file_state(path)
     calls: list[tuple] = []
+    events: list[JsonObject] = []
 
     class Refusing:
-        def create_binding(self, namespace, name, uid, node, annotations):
+        def create_binding(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]):
             calls.append((name, node, annotations))
             raise RuntimeError("boom")
+
+        def create_event(self, namespace: str, event: JsonObject) -> None:
+            events.append(event)
+
+        def patch_event(self, namespace: str, name: str, patch: JsonObject) -> None:
+            events.append(patch)
 
     state.writer = Refusing()
     assert state.decide_for_filter(source.pods[0], ["a"])[0] == "a"
@@ -244,7 +268,8 @@ def test_binding_error_releases_the_reservation_and_writes_nothing(tmp_path: Pat
     assert "gpupack.io/assignment" in calls[0][2]
     assert "gpupack.io/assignment" not in (source.pods[0]["metadata"].get("annotations") or {})
     assert state.snapshot().gpus_allocated == 0
-    assert state.book.ended["bind failed"] == 1
+    assert state.book.ended[Ended.BIND_FAILED] == 1
+    assert state.events.flush(5) and events == []  # no Assigned event for a bind that failed
 
 
 def test_restart_rebuilds_the_same_state(tmp_path: Path) -> None:
@@ -296,15 +321,15 @@ def test_node_shape_change_re_commits_pods_on_it() -> None:
     smaller = node("l", L4, 2)
     state.apply(NodeUpserted(smaller))
     held = by_key(state)
-    assert held["default/a"].slots == (GpuSlot(0),)
+    assert placed(held["default/a"]).slots == (GpuSlot(0),)
     assert held["default/b"] is None  # GPU 3 is gone and GPU 1 is reserved: nothing to take
     assert state.book.get("uid-default-r") is not None
     assert state.snapshot().gpus_allocated == 2
     state.apply(NodeUpserted(l4))  # back to 4 GPUs: b's claim fits again
-    assert by_key(state)["default/b"].slots == (GpuSlot(3),)
+    assert placed(by_key(state)["default/b"]).slots == (GpuSlot(3),)
     # an unchanged node (heartbeat) changes nothing
     state.apply(NodeUpserted(copy.deepcopy(l4)))
-    assert by_key(state)["default/b"].slots == (GpuSlot(3),)
+    assert placed(by_key(state)["default/b"]).slots == (GpuSlot(3),)
 
 
 def test_mixed_request_is_unresolvable_everywhere() -> None:
@@ -433,8 +458,8 @@ def test_unreadable_pod_listed_first_never_takes_what_a_later_pod_claims() -> No
     claimed = pod("claimed", gpus=1, node_name="a", assignment={"node": "a", "gpus": [{"index": 2}]})
     state = state_from(nodes, [mixed_kinds_pod("mixed", "a"), claimed])
     held = by_key(state)
-    assert held["default/claimed"].slots == (GpuSlot(2),)
-    assert {slot.index for slot in held["default/mixed"].slots} == {0, 1, 3}
+    assert placed(held["default/claimed"]).slots == (GpuSlot(2),)
+    assert {slot.index for slot in placed(held["default/mixed"]).slots} == {0, 1, 3}
     assert_no_overlap(nodes, state.placements().values())
 
 

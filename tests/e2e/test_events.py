@@ -34,7 +34,8 @@ SERVICE_ACCOUNT_USER = "system:serviceaccount:gpupack-system:gpupack-scheduler"
 def events_on(cluster: E2ECluster, reason: str) -> dict[str, list[dict[str, Any]]]:
     """Pod name -> the events.k8s.io/v1 Events of `reason` regarding it, in this test's namespace."""
     api = client.EventsV1Api(cluster.plane.api_client())
-    items = json.loads(api.list_namespaced_event(cluster.namespace, _preload_content=False).data)["items"]
+    response: Any = api.list_namespaced_event(cluster.namespace, _preload_content=False)  # raw: no models
+    items = json.loads(response.data)["items"]
     found: dict[str, list[dict[str, Any]]] = {}
     for event in items:
         if event.get("reason") == reason and event["regarding"]["kind"] == "Pod":
@@ -123,13 +124,9 @@ def role_ref(role: dict[str, Any]) -> dict[str, str]:
 
 def may(acting: client.ApiClient, namespace: str, group: str, resource: str, verb: str) -> bool:
     """What the authorizer answers the impersonated ServiceAccount (a SelfSubjectAccessReview)."""
-    attributes = {"namespace": namespace, "group": group, "resource": resource, "verb": verb}
-    review = {
-        "apiVersion": "authorization.k8s.io/v1",
-        "kind": "SelfSubjectAccessReview",
-        "spec": {"resourceAttributes": attributes},
-    }
-    answer = client.AuthorizationV1Api(acting).create_self_subject_access_review(review, _preload_content=False)
+    attributes = client.V1ResourceAttributes(namespace=namespace, group=group, resource=resource, verb=verb)
+    review = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(resource_attributes=attributes))
+    answer: Any = client.AuthorizationV1Api(acting).create_self_subject_access_review(review, _preload_content=False)
     return bool(json.loads(answer.data)["status"].get("allowed"))
 
 
