@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -35,7 +35,7 @@ WriteFault = Callable[[str, str], Exception | None]  # (namespace, name) -> exce
 class FakeApiServer:
     """Nodes and Pods with resourceVersions, an event log, blocking watches and injectable faults."""
 
-    def __init__(self, nodes: list[JsonObject] = (), pods: list[JsonObject] = ()) -> None:
+    def __init__(self, nodes: Iterable[JsonObject] = (), pods: Iterable[JsonObject] = ()) -> None:
         self.cond = threading.Condition()
         self.version = 100
         self.nodes: dict[str, JsonObject] = {}

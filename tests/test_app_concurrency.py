@@ -27,6 +27,7 @@ from gpupack.extender.service import uvicorn_config
 from gpupack.extender.settings import Settings
 from gpupack.extender.sources import ClusterFileSource
 from gpupack.extender.state import ClusterState
+from gpupack.scoring.facts import Placement
 from tests.extender_helpers import A100, L4, FakeClock, assert_no_overlap, file_state, node, pod, write_cluster
 
 PODS = 200
@@ -61,6 +62,13 @@ def pending_pods(rng: random.Random) -> list[dict[str, Any]]:
     pods += [pod(f"extra-{i}", gpus=1) for i in range(4)]
     return pods
 
+
+
+def placements_of(pods: list[dict[str, Any]]) -> list[Placement]:
+    """The placement each pod's assignment annotation records; every pod must have one."""
+    placements = [assignment_from_pod(p) for p in pods]
+    assert all(placements)
+    return [p for p in placements if p is not None]
 
 @dataclass
 class Served:
@@ -144,8 +152,7 @@ def test_concurrent_filter_and_bind_never_overlap(served: Served) -> None:
     assert kinds["bound"] > PODS // 2 and kinds["refused"] > 0  # the node-changed path ran under load
     bound = [p for p in served.source.pods if p["spec"].get("nodeName")]
     assert sum(v == "bound" for v in outcomes.values()) == len(bound) > PODS // 2
-    placements = [assignment_from_pod(p) for p in bound]
-    assert all(placements)
+    placements = placements_of(bound)
     assert_no_overlap(served.nodes, placements)  # raises on any overlap or negative capacity
     held = served.state.placements()
     assert sorted(map(repr, held.values())) == sorted(map(repr, placements))
@@ -175,7 +182,7 @@ def test_bind_after_expiry_is_re_decided_or_refused(served: Served) -> None:
         assert bind(client, fourth, "spare-2") == ""
         assert client.get("/healthz").status_code == 200
     bound = [p for p in served.source.pods if p["spec"].get("nodeName")]
-    assert_no_overlap(served.nodes, [assignment_from_pod(p) for p in bound])
+    assert_no_overlap(served.nodes, placements_of(bound))
     assert served.thread.is_alive()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,7 +24,7 @@ A100 = "NVIDIA-A100-SXM4-80GB"
 
 
 def node(
-    name: str, product: str = H100, count: int = 2, mode: MigMode = MigMode.NONE, **kw: object
+    name: str, product: str = H100, count: int = 2, mode: MigMode = MigMode.NONE, **kw: Any
 ) -> NodeFacts:
     """A node with 8 cores, 64 GiB and 4 pod slots."""
     facts = NodeFacts(name, 8000, 64 * GIB, pods=4, gpu_product=product, gpu_count=count, mig_mode=mode)
@@ -47,7 +48,9 @@ def assert_same(before: dict[str, object], after: dict[str, object]) -> None:
     assert before.keys() == after.keys()
     for key, value in before.items():
         if isinstance(value, np.ndarray):
-            assert np.array_equal(value, after[key], equal_nan=value.dtype.kind == "f"), key
+            other = after[key]
+            assert isinstance(other, np.ndarray), key
+            assert np.array_equal(value, other, equal_nan=value.dtype.kind == "f"), key
         else:
             assert value == after[key], key
 

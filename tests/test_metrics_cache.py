@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 
 from fastapi.testclient import TestClient
+from prometheus_client.metrics_core import Metric
 
 from gpupack.extender.app import create_app
 from gpupack.extender.metrics import Metrics
@@ -26,7 +28,7 @@ def counting_metrics(max_age: float, clock: Clock) -> tuple[Metrics, list[int]]:
     renders: list[int] = []
     render_registry = metrics.registry.collect
 
-    def counted():  # type: ignore[no-untyped-def]
+    def counted() -> Iterable[Metric]:
         renders.append(1)
         return render_registry()
 
@@ -65,7 +67,7 @@ def test_scrapes_during_a_render_share_it() -> None:
     release = threading.Event()
     collect = metrics.registry.collect
 
-    def slow():  # type: ignore[no-untyped-def]
+    def slow() -> Iterable[Metric]:
         release.wait(5)
         return collect()
 

@@ -67,7 +67,7 @@ def serve_on_socket(add_servicer: Any, servicer: Any, socket: Path, workers: int
 
 
 def stop_server(server: grpc.Server | None) -> None:
-    """Stop `server` at once (None: nothing to stop); returns None for the caller's field."""
+    """Stop `server` at once (None: nothing to stop)."""
     if server is not None:
         server.stop(grace=0).wait()
 
@@ -97,7 +97,8 @@ class FakeKubelet:
 
     def stop(self) -> None:
         """Stop, and (as the kubelet does on start) remove every socket in the folder."""
-        self._server = stop_server(self._server)
+        stop_server(self._server)
+        self._server = None
         for sock in self.plugin_dir.glob("*.sock"):
             sock.unlink()
 
@@ -205,7 +206,8 @@ class FakePodResources:
         self._server = serve_on_socket(pr_grpc.add_PodResourcesListerServicer_to_server, Lister(), self.socket, 2)
 
     def stop(self) -> None:
-        self._server = stop_server(self._server)
+        stop_server(self._server)
+        self._server = None
 
 
 @pytest.fixture

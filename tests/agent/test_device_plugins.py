@@ -61,11 +61,11 @@ def test_unmatched_containers_are_refused_with_the_pod_named(plugin_dir, kubelet
     with pytest.raises(grpc.RpcError) as refused:  # the kubelet picked GPU 0, the assignment says GPU 2
         stub.Allocate(pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=[uuids[0]])]))
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert "ml/placed" in refused.value.details()
+    assert "ml/placed" in str(refused.value.details())
     pods.pods[1]["status"]["phase"] = "Running"
     with pytest.raises(grpc.RpcError) as refused:
         kubelet.admit(GPU, uuids, 1)
-    assert "ml/stray asks for nvidia.com/gpu but has no gpupack.io/assignment" in refused.value.details()
+    assert "ml/stray asks for nvidia.com/gpu but has no gpupack.io/assignment" in str(refused.value.details())
 
 
 def test_a_share_is_time_sliced_on_the_assigned_gpu(plugin_dir, kubelet, agents) -> None:
@@ -102,7 +102,8 @@ def test_an_nvml_refusal_is_an_allocation_error_with_nvmls_reason(plugin_dir, ku
     kubelet.wait_registered({MIG_3G})
     with pytest.raises(grpc.RpcError) as refused:
         kubelet.admit(MIG_3G, kubelet.devices(MIG_3G), 1)
-    assert "ml/mig" in refused.value.details() and "Insufficient Resources" in refused.value.details()
+    details = str(refused.value.details())
+    assert "ml/mig" in details and "Insufficient Resources" in details
 
 
 def test_static_mig_instances_are_handed_by_their_uuid(plugin_dir, kubelet, agents) -> None:

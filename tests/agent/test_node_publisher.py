@@ -49,7 +49,8 @@ def test_static_mig_node_gets_topology_and_layout_and_serve_reads_them() -> None
     api = FakeNodeApi({"owner/other": "keep", "gpupack.io/hourly-cost": "98.3"})
     patch = publish(api, _snapshot(nvml))
     assert set(patch) == {"gpupack.io/gpu-topology", "gpupack.io/mig-layout"}
-    assert json.loads(patch["gpupack.io/mig-layout"]) == {"1": ["4g.40gb@0", "1g.10gb+me@6"]}
+    layout = patch["gpupack.io/mig-layout"]
+    assert layout is not None and json.loads(layout) == {"1": ["4g.40gb@0", "1g.10gb+me@6"]}
     annotations = api.node["metadata"]["annotations"]
     assert annotations["owner/other"] == "keep" and annotations["gpupack.io/hourly-cost"] == "98.3"
     node = {
@@ -59,7 +60,8 @@ def test_static_mig_node_gets_topology_and_layout_and_serve_reads_them() -> None
                                    "nvidia.com/mig-4g.40gb": "1", "nvidia.com/mig-1g.10gb.me": "1"}},
     }
     facts = facts_from_node(node)
-    assert facts.mig_mode == MigMode.STATIC and facts.nvlink[0][3] == 18 and facts.numa == (0, 0, 0, 0)
+    assert facts.mig_mode == MigMode.STATIC and facts.numa == (0, 0, 0, 0)
+    assert facts.nvlink is not None and facts.nvlink[0][3] == 18
     assert facts.mig_layout == {1: (("4g.40gb", 0), ("1g.10gb+me", 6))}
 
 
@@ -80,5 +82,5 @@ def test_unknown_numa_is_left_out_rather_than_written_as_minus_one() -> None:
     nvml = FakeNvml.build(count=2, nvlink=[[0, 4], [4, 0]])
     for gpu in nvml.devices:
         gpu.numa, gpu.cpu_numa = None, (0, 1)
-    value = json.loads(_snapshot(nvml)["gpupack.io/gpu-topology"])
-    assert value == {"nvlink": [[0, 4], [4, 0]]}
+    topology = _snapshot(nvml)["gpupack.io/gpu-topology"]
+    assert topology is not None and json.loads(topology) == {"nvlink": [[0, 4], [4, 0]]}
