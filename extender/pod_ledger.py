@@ -44,7 +44,7 @@ from enum import StrEnum
 from typing import Any
 
 from gpupack.extender.keys import ANNOTATION_ASSIGNMENT
-from gpupack.extender.node_facts import NodeFactsError, facts_from_node, node_is_schedulable, node_name
+from gpupack.extender.node_facts import NodeFactsError, PriceTable, facts_from_node, node_is_schedulable, node_name
 from gpupack.extender.node_usage import NodeUsageBook, read_node_usage
 from gpupack.extender.pod_request import (
     AssignmentError,
@@ -121,7 +121,7 @@ class PodLedger:
         inventory: Inventory,
         book: ReservationBook,
         first_fit: Engine,
-        prices: Any,
+        prices: PriceTable,
     ) -> None:
         self.lock = lock
         self.inventory = inventory
