@@ -23,6 +23,7 @@ from gpupack.extender.keys import (
     RESOURCE_GPU_MILLI,
     RESOURCE_MIG_PREFIX,
 )
+from gpupack.extender.objects import make_pod
 from gpupack.scoring.facts import Placement
 from gpupack.scoring.geometry import resource_profile
 from gpupack.scoring.request import Kind, PodRequest
@@ -86,20 +87,13 @@ def pod_object(key: str, request: PodRequest, placement: Placement, labels: dict
     annotations = {ANNOTATION_ASSIGNMENT: orjson.dumps(placement.to_assignment()).decode()}
     if request.interruptible:
         annotations[ANNOTATION_INTERRUPTIBLE] = "true"
-    spec: dict[str, Any] = {
-        "schedulerName": "gpupack",
-        "nodeName": placement.node,
-        "containers": [{"name": "main", "image": SIMULATED_IMAGE,
-                        "resources": {"requests": dict(resources), "limits": dict(resources)}}],
-    }  # fmt: skip
+    pod = make_pod(
+        name, namespace=namespace, requests=resources, node=placement.node, annotations=annotations,
+        image=SIMULATED_IMAGE,
+    )  # fmt: skip
+    pod["metadata"]["labels"] = dict(labels)
     if request.allowed_products is not None:
         expression = {"key": LABEL_GPU_PRODUCT, "operator": "In", "values": sorted(request.allowed_products)}
-        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": [expression]}]}}}  # fmt: skip
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels), "annotations": annotations},
-        "spec": spec,
-        "status": {"phase": "Running"},
-    }
+    return pod
