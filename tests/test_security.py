@@ -15,9 +15,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -278,7 +279,13 @@ class Refusing:
     def __init__(self, error: Exception) -> None:
         self.error = error
 
-    def create_binding(self, *_: object) -> None:
+    def create_binding(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
+        raise self.error
+
+    def create_event(self, namespace: str, event: dict[str, Any]) -> None:
+        raise self.error
+
+    def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         raise self.error
 
 

@@ -6,7 +6,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -130,8 +130,14 @@ class FakeKubeApi:
     def watch_pods(self, resource_version: str, timeout_seconds: int) -> FakeStream:
         return self._watch("Pod", resource_version, timeout_seconds)
 
-    def create_binding(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
+    def create_binding(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
         self.writes.append(("bind", namespace, name, uid, node, annotations))
+
+    def create_event(self, namespace: str, event: JsonObject) -> None:
+        self.writes.append(("event", namespace, event))
+
+    def patch_event(self, namespace: str, name: str, patch: JsonObject) -> None:
+        self.writes.append(("patch event", namespace, name, patch))
 
     def _list(self, kind: str) -> ObjectList:
         self.list_calls[kind] += 1
@@ -160,7 +166,7 @@ class FakeKubeApi:
 class Harness:
     """A source over a fake API, a mirror consumer, and a recording sleeper (no real sleeps)."""
 
-    def __init__(self, clock: Callable[[], float] = lambda: 0.0, consumer: Any = None) -> None:
+    def __init__(self, clock: Callable[[], float] = lambda: 0.0, consumer: Mirror | None = None) -> None:
         self.api = FakeKubeApi()
         self.mirror = Mirror() if consumer is None else consumer
         self.sleeps: list[float] = []
