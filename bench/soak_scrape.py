@@ -36,6 +36,11 @@ class Variant:
     interval: float | None  # None: nobody scrapes
     path: str = "metrics"
 
+    @property
+    def key(self) -> str:
+        """The variant's short name on the command line: `none`, `metrics-0.1`, `healthz-0`."""
+        return "none" if self.interval is None else f"{self.path}-{self.interval:g}"
+
 
 VARIANTS = (
     Variant("none", None),
@@ -46,11 +51,11 @@ VARIANTS = (
 )
 
 
-def measure(base: SoakConfig, rounds: int) -> dict[str, list[SoakResult]]:
+def measure(base: SoakConfig, rounds: int, variants: Sequence[Variant] = VARIANTS) -> dict[str, list[SoakResult]]:
     """Every variant once per round, in order, `rounds` times."""
-    results: dict[str, list[SoakResult]] = {v.name: [] for v in VARIANTS}
+    results: dict[str, list[SoakResult]] = {v.name: [] for v in variants}
     for round_index in range(rounds):
-        for variant in VARIANTS:
+        for variant in variants:
             say(f"round {round_index + 1}/{rounds}: {variant.name}")
             config = replace(base, scrape_interval=variant.interval, scrape_path=variant.path)
             results[variant.name].append(run(config))
@@ -79,7 +84,7 @@ def table(results: dict[str, list[SoakResult]]) -> list[str]:
         "| scraping | filter p50 change | filter p99 change | p50 ms (runs) | p99 ms (runs) | scrapes per run |",
         "|---|---:|---:|---|---|---:|",
     ]
-    for variant in VARIANTS:
+    for variant in (v for v in VARIANTS if v.name in results):
         runs = results[variant.name]
         changes = [change(median_filter_ms(runs, q), base[q]) if variant.interval is not None else "—" for q in base]
         spreads = [f"{median_filter_ms(runs, q):.1f} ({each_run(runs, q)})" for q in base]
@@ -104,7 +109,8 @@ def markdown(base: SoakConfig, rounds: int, results: dict[str, list[SoakResult]]
         [
             "# Soak: filter latency while the extender is scraped",
             "",
-            f"`python -m gpupack.bench.soak_scrape --calls {base.calls} --rounds {rounds}` — {provenance()}.",
+            f"`python -m gpupack.bench.soak_scrape --calls {base.calls} --rounds {rounds} --variants "
+            f"{','.join(v.key for v in VARIANTS if v.name in results)}` — {provenance()}.",
             f"{base.calls:,} calls per run from {base.clients} closed-loop clients over {base.nodes:,} nodes; "
             "variants alternate within each round; each cell is the median over rounds (each run's value in "
             "brackets).",
@@ -126,9 +132,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--out", default="bench/results/soak-metrics-scrape.md")
+    keys = [v.key for v in VARIANTS]
+    parser.add_argument("--variants", default=",".join(keys), help=f"comma-separated, `none` first: {', '.join(keys)}")
     args = parser.parse_args(argv)
+    chosen = [v for v in VARIANTS if v.key in args.variants.split(",")]
+    if not chosen or chosen[0].key != "none" or len(chosen) != len(args.variants.split(",")):
+        parser.error(f"--variants: `none` and any of {', '.join(keys[1:])}")
     base = SoakConfig(calls=args.calls, clients=args.clients, nodes=args.nodes)
-    results = measure(base, args.rounds)
+    results = measure(base, args.rounds, chosen)
     text = markdown(base, args.rounds, results)
     Path(args.out).write_text(text)
     print(text)

@@ -28,3 +28,12 @@ def test_a_run_that_failed_its_own_checks_is_named() -> None:
     results = {v.name: [result(10.0, 40.0)] for v in VARIANTS}
     results["/metrics every 1 s"] = [result(10.0, 40.0, 5, ok=False)]
     assert "FAILED in /metrics every 1 s" in markdown(SoakConfig(calls=10, clients=1, nodes=1), 1, results)
+
+
+def test_variants_can_be_chosen_and_the_command_line_says_which() -> None:
+    keys = [v.key for v in VARIANTS]
+    assert keys == ["none", "metrics-0", "metrics-0.1", "metrics-1", "healthz-0"]
+    results = {v.name: [result(10.0, 40.0, 1)] for v in VARIANTS if v.key in ("none", "healthz-0")}
+    text = markdown(SoakConfig(calls=10, clients=1, nodes=1), 1, results)
+    assert "--variants none,healthz-0`" in text
+    assert "| /metrics" not in text and "| /healthz back to back (control) |" in text
