@@ -23,8 +23,9 @@ import heapq
 import statistics
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 
@@ -84,6 +85,17 @@ def churn_arrivals(pods: Sequence[TracePod], gpus: int, seed: int, config: Churn
     ]
 
 
+class Sample(TypedDict):
+    """The cluster at one point in time of a churn run."""
+
+    time: float
+    in_use_pct: float
+    rejected: int  # so far
+    stranded_gpus: int
+    stranded_pct: float
+    placeable: dict[str, bool]  # probe profile -> would a pod of it fit now
+
+
 @dataclass
 class ChurnResult:
     """One seed's churn run: pods placed and rejected, and the samples over time."""
@@ -93,7 +105,7 @@ class ChurnResult:
     pods_submitted: int = 0  # counted ones (after the warm-up)
     pods_scheduled: int = 0
     rejected_by_profile: Counter[str] = field(default_factory=Counter)
-    samples: list[dict[str, object]] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -104,10 +116,11 @@ class ChurnResult:
         """Means over the samples and the totals of the measured part."""
         out: dict[str, object] = {"rejected": self.rejected, "rejected_pct": _pct(self.rejected, self.pods_submitted)}
         if self.samples:
-            for key in ("in_use_pct", "stranded_gpus", "stranded_pct"):
-                out[f"mean_{key}"] = round(statistics.fmean(float(s[key]) for s in self.samples), 2)  # type: ignore[arg-type]
-            for profile in self.samples[0]["placeable"]:  # type: ignore[attr-defined]
-                hits = sum(bool(s["placeable"][profile]) for s in self.samples)  # type: ignore[index]
+            out["mean_in_use_pct"] = _mean(s["in_use_pct"] for s in self.samples)
+            out["mean_stranded_gpus"] = _mean(s["stranded_gpus"] for s in self.samples)
+            out["mean_stranded_pct"] = _mean(s["stranded_pct"] for s in self.samples)
+            for profile in self.samples[0]["placeable"]:
+                hits = sum(s["placeable"][profile] for s in self.samples)
                 out[f"placeable_{profile}_pct"] = _pct(hits, len(self.samples))
         return out
 
@@ -124,6 +137,10 @@ class ChurnResult:
             "samples": self.samples,
             "seconds": round(self.seconds, 3),
         }
+
+
+def _mean(values: Iterable[float]) -> float:
+    return round(statistics.fmean(values), 2)
 
 
 def _pct(part: float, whole: float) -> float:
@@ -216,7 +233,7 @@ def _sample(
     to_come: dict[str, int],
     now: float,
     result: ChurnResult,
-) -> dict[str, object]:
+) -> Sample:
     stranding = stranded_gpus(cluster.inventory, to_come)
     return {
         "time": round(now, 1),
