@@ -223,7 +223,7 @@ class Engine:
         policy = self.policy
         key = (
             arrays.scalars.tobytes(), arrays.shapes.tobytes(), arrays.me.tobytes(), arrays.allowed.tobytes(),
-            policy.kernel_id, policy.params.tobytes(), self._weights_version,
+            policy.rules.tobytes(), policy.params.tobytes(), self._weights_version,
         )  # fmt: skip
         if key != self._memo_key:
             self._memo_key = key
@@ -297,7 +297,7 @@ class Engine:
         nodes, gpus, models = self.kernel_inputs()
         mix = self.mix_arrays()
         best, slots = k.schedule(
-            nodes, gpus, models, arrays.kernel, mask, mix, self.policy.kernel_id, self.policy.params, rank, noise,
+            nodes, gpus, models, arrays.kernel, mask, mix, self.policy.kernel_policy, rank, noise,
             self.sums_cache(len(mix[0])), self.memo(arrays), self.scratch(len(mix[0]), arrays.width),
             (scores, verdicts, best_gpu, best_start, best_shape),
         )  # fmt: skip

@@ -12,6 +12,8 @@ whatever is cached per model id is rebuilt.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from gpupack.errors import GpupackError
@@ -26,13 +28,11 @@ from gpupack.scoring.geometry import (
     slice_bits,
 )
 from gpupack.scoring.gpu_models import GpuModel, lookup_model
+from gpupack.scoring.layout import FULL_MILLI, MAX_GPUS
 from gpupack.scoring.names import NameIndex
-from gpupack.scoring.request import MAX_GPUS_PER_NODE
 
-MAX_GPUS = MAX_GPUS_PER_NODE
 MAX_MODELS = 64
 NO_MODEL = 0  # model id of nodes without GPUs
-FULL_MILLI = 1000
 FREE_MODEL = GpuModel("", 0, None)  # what a free model id (and NO_MODEL) stands for
 
 
@@ -380,92 +380,39 @@ class Inventory:
 
     def _slot_changes(self, row: int, placement: Placement, taking: bool) -> list[tuple[np.ndarray, slice, np.ndarray]]:
         """The array writes a placement makes (the node's GPUs, whole), checked on a scratch copy of them."""
-        count = int(self.node_gpu_count[row])
         rows = self.gpu_rows(row)
-        milli = self.gpu_milli_free[rows].copy()
-        whole = self.gpu_whole[rows].copy()
-        slices = self.gpu_slices[rows].copy()
-        compute = self.gpu_compute[rows].copy()
-        me = self.gpu_me[rows].copy()
-        starts = self.gpu_starts[rows].copy()
-        static_used = self.gpu_static_used[rows].copy()
-        static = self.gpu_static[rows]
-        mode = MigMode(int(self.node_mig_mode[row]))
-        family = self.models[int(self.node_model[row])].mig_family
-        where = f"node {placement.node}"
+        copies = _GpuCopies(
+            milli=self.gpu_milli_free[rows].copy(),
+            whole=self.gpu_whole[rows].copy(),
+            slices=self.gpu_slices[rows].copy(),
+            compute=self.gpu_compute[rows].copy(),
+            me=self.gpu_me[rows].copy(),
+            starts=self.gpu_starts[rows].copy(),
+            static_used=self.gpu_static_used[rows].copy(),
+            static=self.gpu_static[rows],
+            mode=MigMode(int(self.node_mig_mode[row])),
+            family=self.models[int(self.node_model[row])].mig_family,
+            where=f"node {placement.node}",
+            taking=taking,
+        )
+        count = int(self.node_gpu_count[row])
         for slot in placement.slots:
-            g = slot.index
-            if not 0 <= g < count:
-                raise InventoryError(f"{where}: GPU {g} does not exist")
+            if not 0 <= slot.index < count:
+                raise InventoryError(f"{copies.where}: GPU {slot.index} does not exist")
             if slot.mig:
-                if mode == MigMode.NONE or family is None:
-                    raise InventoryError(f"{where}: MIG is not enabled")
-                try:
-                    shape, is_me = resolve_profile(family, slot.mig)
-                except KeyError:
-                    raise InventoryError(f"{where}: MIG profile {slot.mig} unknown on {family.name}") from None
-                pid = PLACEMENT_ID.get((shape, slot.start))
-                if pid is None:
-                    raise InventoryError(f"{where}: {slot.mig} cannot start at slice {slot.start}")
-                if mode == MigMode.STATIC:
-                    bit = 1 << pid
-                    if not static[g] & bit or bool(me[g] & bit) != is_me:
-                        raise InventoryError(f"{where}: GPU {g} has no {slot.mig}@{slot.start} instance")
-                    if bool(static_used[g] & bit) == taking:
-                        raise InventoryError(f"{where}: GPU {g} {slot.mig}@{slot.start} already {_state(taking)}")
-                    static_used[g] ^= bit
-                    continue
-                bits = slice_bits(int(SHAPE_SIZE[shape]), slot.start)
-                c = int(SHAPE_COMPUTE[shape])
-                if taking:
-                    if whole[g] or milli[g] != FULL_MILLI or slices[g] & bits:
-                        raise InventoryError(f"{where}: GPU {g} slices for {slot.mig}@{slot.start} are in use")
-                    if compute[g] + c > family.compute_total or (is_me and me[g]):
-                        raise InventoryError(f"{where}: GPU {g} has no room for {slot.mig}")
-                    slices[g] |= bits
-                    compute[g] += c
-                    me[g] |= is_me
-                    starts[g] |= 1 << slot.start
-                else:
-                    if not _is_instance(int(slices[g]), int(starts[g]), slot.start, int(SHAPE_SIZE[shape])):
-                        raise InventoryError(f"{where}: GPU {g} {slot.mig}@{slot.start} is not allocated")
-                    slices[g] &= ~bits
-                    compute[g] -= c
-                    starts[g] &= ~(1 << slot.start)
-                    if is_me:
-                        me[g] = 0
+                copies.change_mig(slot)
             elif slot.milli:
-                if not 1 <= slot.milli <= 999:
-                    raise InventoryError(f"{where}: share {slot.milli} out of range")
-                if whole[g] or slices[g] or static[g]:
-                    raise InventoryError(f"{where}: GPU {g} is not shareable")
-                if taking:
-                    if milli[g] < slot.milli:
-                        raise InventoryError(f"{where}: GPU {g} has {milli[g]} milli free, not {slot.milli}")
-                    milli[g] -= slot.milli
-                else:
-                    if milli[g] + slot.milli > FULL_MILLI:
-                        raise InventoryError(f"{where}: GPU {g} share {slot.milli} is not allocated")
-                    milli[g] += slot.milli
+                copies.change_share(slot)
             else:
-                if taking:
-                    if whole[g] or milli[g] != FULL_MILLI or slices[g] or static[g]:
-                        raise InventoryError(f"{where}: GPU {g} is not free")
-                    whole[g] = True
-                    milli[g] = 0
-                else:
-                    if not whole[g]:
-                        raise InventoryError(f"{where}: GPU {g} is not allocated whole")
-                    whole[g] = False
-                    milli[g] = FULL_MILLI
+                copies.change_whole(slot.index)
         return [
-            (self.gpu_milli_free, rows, milli),
-            (self.gpu_whole, rows, whole),
-            (self.gpu_slices, rows, slices),
-            (self.gpu_compute, rows, compute),
-            (self.gpu_me, rows, me),
-            (self.gpu_starts, rows, starts),
-            (self.gpu_static_used, rows, static_used),
+            (self.gpu_milli_free, rows, copies.milli),
+            (self.gpu_whole, rows, copies.whole),
+            (self.gpu_slices, rows, copies.slices),
+            (self.gpu_compute, rows, copies.compute),
+            (self.gpu_me, rows, copies.me),
+            (self.gpu_starts, rows, copies.starts),
+            (self.gpu_static_used, rows, copies.static_used),
         ]
 
     def free_slots(self, name: str) -> tuple[GpuSlot, ...]:
@@ -531,3 +478,99 @@ def _gpu_tag(placement: Placement) -> int:
 def _state(taking: bool) -> str:
     return "in use" if taking else "free"
 
+
+
+@dataclass
+class _GpuCopies:
+    """Scratch copies of one node's GPU arrays that a placement's slots are taken from (`taking`) or
+    given back to, one slot at a time; each change is checked first and raises InventoryError."""
+
+    milli: np.ndarray
+    whole: np.ndarray
+    slices: np.ndarray
+    compute: np.ndarray
+    me: np.ndarray
+    starts: np.ndarray
+    static_used: np.ndarray
+    static: np.ndarray  # read only: the static MIG layout
+    mode: MigMode
+    family: MigFamily | None
+    where: str  # "node NAME", for the errors
+    taking: bool
+
+    def change_mig(self, slot: GpuSlot) -> None:
+        """Take or give back one MIG instance."""
+        g, where = slot.index, self.where
+        if self.mode == MigMode.NONE or self.family is None:
+            raise InventoryError(f"{where}: MIG is not enabled")
+        try:
+            shape, is_me = resolve_profile(self.family, slot.mig)
+        except KeyError:
+            raise InventoryError(f"{where}: MIG profile {slot.mig} unknown on {self.family.name}") from None
+        pid = PLACEMENT_ID.get((shape, slot.start))
+        if pid is None:
+            raise InventoryError(f"{where}: {slot.mig} cannot start at slice {slot.start}")
+        if self.mode == MigMode.STATIC:
+            bit = 1 << pid
+            if not self.static[g] & bit or bool(self.me[g] & bit) != is_me:
+                raise InventoryError(f"{where}: GPU {g} has no {slot.mig}@{slot.start} instance")
+            if bool(self.static_used[g] & bit) == self.taking:
+                raise InventoryError(f"{where}: GPU {g} {slot.mig}@{slot.start} already {_state(self.taking)}")
+            self.static_used[g] ^= bit
+        elif self.taking:
+            self._take_dynamic(slot, shape, is_me)
+        else:
+            self._give_back_dynamic(slot, shape, is_me)
+
+    def _take_dynamic(self, slot: GpuSlot, shape: int, is_me: bool) -> None:
+        g = slot.index
+        bits = slice_bits(int(SHAPE_SIZE[shape]), slot.start)
+        compute = int(SHAPE_COMPUTE[shape])
+        if self.whole[g] or self.milli[g] != FULL_MILLI or self.slices[g] & bits:
+            raise InventoryError(f"{self.where}: GPU {g} slices for {slot.mig}@{slot.start} are in use")
+        assert self.family is not None  # change_mig checked
+        if self.compute[g] + compute > self.family.compute_total or (is_me and self.me[g]):
+            raise InventoryError(f"{self.where}: GPU {g} has no room for {slot.mig}")
+        self.slices[g] |= bits
+        self.compute[g] += compute
+        self.me[g] |= is_me
+        self.starts[g] |= 1 << slot.start
+
+    def _give_back_dynamic(self, slot: GpuSlot, shape: int, is_me: bool) -> None:
+        g = slot.index
+        if not _is_instance(int(self.slices[g]), int(self.starts[g]), slot.start, int(SHAPE_SIZE[shape])):
+            raise InventoryError(f"{self.where}: GPU {g} {slot.mig}@{slot.start} is not allocated")
+        self.slices[g] &= ~slice_bits(int(SHAPE_SIZE[shape]), slot.start)
+        self.compute[g] -= int(SHAPE_COMPUTE[shape])
+        self.starts[g] &= ~(1 << slot.start)
+        if is_me:
+            self.me[g] = 0
+
+    def change_share(self, slot: GpuSlot) -> None:
+        """Take or give back a share of one GPU."""
+        g, where = slot.index, self.where
+        if not 1 <= slot.milli <= 999:
+            raise InventoryError(f"{where}: share {slot.milli} out of range")
+        if self.whole[g] or self.slices[g] or self.static[g]:
+            raise InventoryError(f"{where}: GPU {g} is not shareable")
+        if self.taking:
+            if self.milli[g] < slot.milli:
+                raise InventoryError(f"{where}: GPU {g} has {self.milli[g]} milli free, not {slot.milli}")
+            self.milli[g] -= slot.milli
+        else:
+            if self.milli[g] + slot.milli > FULL_MILLI:
+                raise InventoryError(f"{where}: GPU {g} share {slot.milli} is not allocated")
+            self.milli[g] += slot.milli
+
+    def change_whole(self, g: int) -> None:
+        """Take or give back GPU g whole."""
+        if self.taking:
+            if self.whole[g] or self.milli[g] != FULL_MILLI or self.slices[g] or self.static[g]:
+                raise InventoryError(f"{self.where}: GPU {g} is not free")
+            self.whole[g] = True
+            self.milli[g] = 0
+        else:
+            if not self.whole[g]:
+                raise InventoryError(f"{self.where}: GPU {g} is not allocated whole")
+            self.whole[g] = False
+            self.milli[g] = FULL_MILLI

@@ -17,8 +17,13 @@ Names used throughout: `n` a node row; `base` = n * MAX_GPUS, its first GPU row;
 the type cannot use and the GPUs that can host one unit of it (the inputs of FGD's fragmentation),
 `row` the row of those arrays that holds the node; `local` a scratch copy of the node's GPU state
 (rows `LOCAL_*`); `static_used` the static MIG instances in use; `free_before` / `frag_before` the
-node's free units and fragmentation as it is, `*_after` with the request placed; `policy` a `P_*` id
-and `params` its `W_*` vector.
+node's free units and fragmentation as it is, `*_after` with the request placed; `policy` the
+policy's row of the policy table, `rules` (RULE_*) and `weights` (W_*).
+
+Policies: no kernel reads a policy id. A policy is its row of `scoring.policies.POLICY_TABLE`: rules
+that say how it picks among a node's GPUs (`share_choice`, `best_instance` and `pick_whole_gpus` switch
+on a PICK_* rule, each rule written once) and weights over the score parts (`node_score`: one sum,
+each part defined once in `weighted_part`).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from gpupack.scoring.layout import (
     CACHE_WEIGHTS_STAMP,
     CACHE_WEIGHTS_VERSION,
     FRAG_STEP,
+    FULL_MILLI,
     GPU_COMPUTE,
     GPU_LINK,
     GPU_ME,
@@ -70,6 +76,8 @@ from gpupack.scoring.layout import (
     LOCAL_STATIC_USED,
     LOCAL_WHOLE,
     MAX_GPUS,
+    MAX_SPEC_CPU,
+    MAX_SPEC_GPU,
     MEMO_CURRENT,
     MEMO_EPOCH,
     MEMO_MAXIMA,
@@ -87,6 +95,7 @@ from gpupack.scoring.layout import (
     MODEL_COMPUTE,
     MODEL_MEMORY,
     MODEL_NOT_ALLOWED,
+    N_PARTS,
     NO_CPU,
     NO_GPU,
     NO_MEMORY,
@@ -113,15 +122,13 @@ from gpupack.scoring.layout import (
     OUT_SHAPE,
     OUT_START,
     OUT_VERDICT,
-    P_BESTFIT,
-    P_CLUSTER,
-    P_DOT,
-    P_FGD,
-    P_FIRSTFIT,
-    P_GPUPACK,
-    P_KUBE,
-    P_PACKING,
-    P_RANDOM,
+    PICK_BEST_FIT,
+    PICK_FGD,
+    PICK_FIRST,
+    PICK_LEAST_FRAG,
+    PICK_RANDOM,
+    POLICY_RULES,
+    POLICY_WEIGHTS,
     REQ_CPU,
     REQ_GPUS,
     REQ_INSTANCES,
@@ -133,6 +140,11 @@ from gpupack.scoring.layout import (
     REQUEST_ME,
     REQUEST_SCALARS,
     REQUEST_SHAPES,
+    RULE_FRAG,
+    RULE_MIG,
+    RULE_SETS,
+    RULE_SHARE,
+    RULE_SPOT_FORBID,
     SCRATCH_FREE_IDX,
     SCRATCH_GPU,
     SCRATCH_GPU_HOSTS,
@@ -144,17 +156,21 @@ from gpupack.scoring.layout import (
     SCRATCH_SHAPE,
     SCRATCH_START,
     SCRATCH_UNUSABLE,
-    SPOT_FORBID,
     SPOT_FORBIDDEN,
     TASK_CPU,
     TASK_GPUS,
     TASK_KIND,
     TASK_MEMORY,
     TASK_MILLI,
-    TOPO_SETS,
     UNIT,
+    W_BESTFIT,
+    W_CLUSTER,
     W_COST,
+    W_DOT,
+    W_FGD,
     W_FRAG,
+    W_GPU_PACKING,
+    W_KUBE,
     W_MODEL,
     W_ORDER,
     W_PACK,
@@ -162,7 +178,6 @@ from gpupack.scoring.layout import (
     W_SPOT_AVOID,
     W_TOPO,
 )
-from gpupack.scoring.layout import N_PARAMS as N_PARAMS  # re-exported: policies size their params with it
 
 # shape id -> placement-id mask of that shape, for static layouts
 SHAPE_PLACEMENTS = np.zeros(len(SHAPE_SIZE), dtype=np.int64)
@@ -176,8 +191,6 @@ helper = njit(cache=True, _nrt=False)
 # The steps of one node's evaluation: compiled into their caller, as if written there.
 per_node = njit(cache=True, _nrt=False, inline="always")
 
-MAX_SPEC_CPU = 128000.0  # normalisers of the ATC'23 baselines: 128 cores, 8 GPUs
-MAX_SPEC_GPU = 8000.0
 
 
 # ----------------------------------------------------------------------------- one GPU
@@ -228,7 +241,7 @@ def mig_fit(shape, mode, compute_total, milli, whole, slices, compute, me, stati
     """How many instances of `shape` still fit on one GPU (0 when none)."""
     if mode == MODE_STATIC:
         return popcount(static_options(shape, me, static, static_used, need_me))
-    if mode != MODE_DYNAMIC or whole or milli != 1000 or static != 0:
+    if mode != MODE_DYNAMIC or whole or milli != FULL_MILLI or static != 0:
         return 0
     if need_me and me:
         return 0
@@ -250,7 +263,7 @@ def gpu_terms(kind, task_milli, task_shape, mode, compute_total, milli, whole, s
             return 0, 1
         return free, 0
     if kind == KIND_WHOLE:
-        if plain and milli == 1000:
+        if plain and milli == FULL_MILLI:
             return 0, 1
         return free, 0
     if kind == KIND_MIG:
@@ -295,7 +308,7 @@ def node_summary(
         free += gpu_free_units(mode, compute_total, milli, whole, slices, compute, static, static_used)
         if static == 0 and not whole and slices == 0 and compute == 0:
             plain_mask |= 1 << j
-            if milli == 1000:
+            if milli == FULL_MILLI:
                 free_mask |= 1 << j
         same = -1
         for o in range(j if n_types > 0 else 0):
@@ -518,68 +531,117 @@ def node_used_fraction(count, free):
     return 1.0 - free / (count * UNIT)
 
 
-@helper
-def node_score(
-    n, cpu_free_a, mem_free_a, model_a, spot_a, price_a, cpu_cap_a, mem_cap_a, tags_a, milli_a,
-    pods_free_a, pods_cap_a, model_memory, scalars, policy, params, max_price, max_memory, count, free_before,
-    free_after, frag_before, frag_after, topo, gpu_score,
-):
-    """The policy's score of a feasible node (higher is better); `scalars` are the request's (REQ_*)."""
-    kind = scalars[REQ_KIND]
-    cpu = scalars[REQ_CPU]
-    mem = scalars[REQ_MEMORY]
-    k_gpus = scalars[REQ_GPUS]
+# ----------------------------------------------------------------------------- the score
+# A policy's score of a feasible node is one formula: the sum of weight * part over the parts its row of
+# weights (`scoring.policies.POLICY_TABLE`) gives a weight, in the column order of `scoring.layout` (W_*).
+# gpupack weighs its seven parts; each baseline weighs its own one part by 1; random and first-fit weigh
+# none (score 0: the tie-break order decides). `weighted_part` defines every part, once.
+@per_node
+def node_score(n, nodes, gpus, models, ask, weights, max_price, max_memory, count, free_before, free_after,
+               frag_before, frag_after, topo):
+    """The policy's score of feasible node n (higher is better): Σ weights[part] * part, in column order."""
+    score = 0.0
+    for part in range(N_PARTS):
+        weight = weights[part]
+        if weight != 0.0:
+            score += weighted_part(part, weight, n, nodes, gpus, models, ask, weights[FRAG_STEP], max_price,
+                                   max_memory, count, free_before, free_after, frag_before, frag_after, topo)
+    return score
+
+
+@per_node
+def weighted_part(part, weight, n, nodes, gpus, models, ask, frag_step, max_price, max_memory, count, free_before,
+                  free_after, frag_before, frag_after, topo):
+    """weight * part `part` (a W_* column) of node n's score; 0.0 where the part does not apply. Each
+    expression is written as the reference writes it, so the two agree bit for bit."""
+    kind = ask[REQ_KIND]
+    if part == W_FRAG:
+        return -weight * frag_growth(frag_before, frag_after, frag_step)
+    if part == W_PACK:
+        return weight * node_used_fraction(count, free_after)
+    if part == W_TOPO:
+        return weight * topo if kind == KIND_WHOLE and ask[REQ_GPUS] > 1 else 0.0
+    if part == W_MODEL:
+        if kind == KIND_NONE or max_memory <= 0:
+            return 0.0
+        return -(weight * models[MODEL_MEMORY][nodes[NODE_MODEL][n]] / max_memory)
+    if part == W_SPOT:
+        return weight if nodes[NODE_SPOT][n] and ask[REQ_INTERRUPTIBLE] else 0.0
+    if part == W_SPOT_AVOID:
+        return -weight if nodes[NODE_SPOT][n] and not ask[REQ_INTERRUPTIBLE] else 0.0
+    if part == W_COST:  # the marginal cost of a pod is the price of the node it switches on
+        price = nodes[NODE_PRICE][n]
+        if max_price > 0 and not math.isnan(price) and nodes[NODE_PODS_FREE][n] == nodes[NODE_PODS_CAP][n]:
+            return -(weight * price / max_price)
+        return 0.0
+    if part == W_FGD:
+        return weight * sigmoid_score(frag_before, frag_after)
     demand_milli = (free_before - free_after) / MILLI_UNIT  # GPU milli this pod takes here
     left_milli = free_before / MILLI_UNIT
-    if policy == P_GPUPACK:
-        # mix weights sum to 1: growth is the expected fragmentation added, in GPUs; rounding it to
-        # FRAG_STEP lets near-equal nodes be told apart by the packing term
-        growth = (frag_after - frag_before) / UNIT
-        if params[FRAG_STEP] > 0.0:
-            growth = math.floor(growth / params[FRAG_STEP] + 0.5) * params[FRAG_STEP]
-        score = -params[W_FRAG] * growth
-        score += params[W_PACK] * node_used_fraction(count, free_after)
-        if kind == KIND_WHOLE and k_gpus > 1:
-            score += params[W_TOPO] * topo
-        if kind != KIND_NONE and max_memory > 0:
-            score -= params[W_MODEL] * model_memory[model_a[n]] / max_memory
-        if spot_a[n]:
-            score += params[W_SPOT] if scalars[REQ_INTERRUPTIBLE] else -params[W_SPOT_AVOID]
-        if max_price > 0 and not math.isnan(price_a[n]) and pods_free_a[n] == pods_cap_a[n]:
-            # the marginal cost of a pod is the price of the node it switches on
-            score -= params[W_COST] * price_a[n] / max_price
-        return score
-    if policy == P_FGD:
-        return gpu_score
-    if policy == P_BESTFIT:
-        raw = 0.5 * (cpu_free_a[n] - cpu) / MAX_SPEC_CPU + 0.5 * (left_milli - demand_milli) / MAX_SPEC_GPU
-        return float(math.floor((1.0 - raw) * 100.0))
-    if policy == P_DOT:
-        dot = (cpu_free_a[n] / MAX_SPEC_CPU) * (cpu / MAX_SPEC_CPU)
-        dot += (left_milli / MAX_SPEC_GPU) * (demand_milli / MAX_SPEC_GPU)
-        return float(math.floor(100.0 * (1.0 - dot / 2.0)))
-    if policy == P_CLUSTER:
+    if part == W_BESTFIT:
+        return weight * bestfit_score(nodes[NODE_CPU_FREE][n], ask[REQ_CPU], left_milli, demand_milli)
+    if part == W_DOT:
+        return weight * dot_score(nodes[NODE_CPU_FREE][n], ask[REQ_CPU], left_milli, demand_milli)
+    if part == W_CLUSTER:
+        return weight * cluster_score(n, nodes[NODE_TAGS], kind, ask[REQ_GPUS], left_milli)
+    if part == W_GPU_PACKING:
         if kind == KIND_NONE:
             return 0.0
-        tag = 0 if kind == KIND_SHARE else k_gpus
-        base_score = (25 * (8000 - int(left_milli))) // 8000
-        tags = tags_a[n * (MAX_GPUS + 1) : (n + 1) * (MAX_GPUS + 1)]
-        others = 0
-        for t in range(MAX_GPUS + 1):
-            if t != tag and tags[t] > 0:
-                others += 1
-        if tags[tag] > 0:
-            return float(base_score + (75 if others == 0 else 50))
-        return float(base_score + (25 if others == 0 else 0))
-    if policy == P_PACKING:
-        if kind == KIND_NONE:
-            return 0.0
-        return packing_score(n, milli_a, count, kind, k_gpus, scalars[REQ_MILLI])
-    if policy == P_KUBE:
-        cpu_part = (cpu_free_a[n] - cpu) * 100 // cpu_cap_a[n] if cpu_cap_a[n] > 0 else 0
-        mem_part = (mem_free_a[n] - mem) * 100 // mem_cap_a[n] if mem_cap_a[n] > 0 else 0
-        return float((cpu_part + mem_part) // 2)
-    return 0.0  # random, first-fit: the tie-break order decides
+        return weight * packing_score(n, gpus[GPU_MILLI], count, kind, ask[REQ_GPUS], ask[REQ_MILLI])
+    if part == W_KUBE:
+        return weight * kube_score(nodes[NODE_CPU_FREE][n], nodes[NODE_MEM_FREE][n], nodes[NODE_CPU_CAP][n],
+                                   nodes[NODE_MEM_CAP][n], ask[REQ_CPU], ask[REQ_MEMORY])
+    return 0.0
+
+
+@helper
+def frag_growth(frag_before, frag_after, step):
+    """gpupack: the expected fragmentation a placement adds, in GPUs (the mix weights sum to 1); rounded to
+    `step` GPUs when step > 0, so that near-equal nodes are told apart by the packing term."""
+    growth = (frag_after - frag_before) / UNIT
+    if step > 0.0:
+        growth = math.floor(growth / step + 0.5) * step
+    return growth
+
+
+@helper
+def bestfit_score(cpu_free, cpu, left_milli, demand_milli):
+    """Best fit (ATC'23 baseline): the least CPU and GPU left over, 0..100."""
+    raw = 0.5 * (cpu_free - cpu) / MAX_SPEC_CPU + 0.5 * (left_milli - demand_milli) / MAX_SPEC_GPU
+    return float(math.floor((1.0 - raw) * 100.0))
+
+
+@helper
+def dot_score(cpu_free, cpu, left_milli, demand_milli):
+    """Dot product (ATC'23 baseline): the free and requested CPU and GPU least aligned, 0..100."""
+    dot = (cpu_free / MAX_SPEC_CPU) * (cpu / MAX_SPEC_CPU)
+    dot += (left_milli / MAX_SPEC_GPU) * (demand_milli / MAX_SPEC_GPU)
+    return float(math.floor(100.0 * (1.0 - dot / 2.0)))
+
+
+@helper
+def cluster_score(n, tags_a, kind, k_gpus, left_milli):
+    """GpuClustering (ATC'23 baseline): nodes already running pods of the same GPU count (tag) first."""
+    if kind == KIND_NONE:
+        return 0.0
+    tag = 0 if kind == KIND_SHARE else k_gpus  # (MIG requests count as tag 0)
+    base_score = (25 * (8000 - int(left_milli))) // 8000
+    first = n * (MAX_GPUS + 1)
+    others = 0
+    for t in range(MAX_GPUS + 1):
+        if t != tag and tags_a[first + t] > 0:
+            others += 1
+    if tags_a[first + tag] > 0:
+        return float(base_score + (75 if others == 0 else 50))
+    return float(base_score + (25 if others == 0 else 0))
+
+
+@helper
+def kube_score(cpu_free, mem_free, cpu_cap, mem_cap, cpu, mem):
+    """kube-scheduler's least-allocated CPU and memory, 0..100."""
+    cpu_part = (cpu_free - cpu) * 100 // cpu_cap if cpu_cap > 0 else 0
+    mem_part = (mem_free - mem) * 100 // mem_cap if mem_cap > 0 else 0
+    return float((cpu_part + mem_part) // 2)
 
 
 @helper
@@ -588,12 +650,12 @@ def packing_score(n, milli_a, count, kind, k_gpus, milli_req):
     base = n * MAX_GPUS
     nfree = 0
     for j in range(count):
-        if milli_a[base + j] == 1000:
+        if milli_a[base + j] == FULL_MILLI:
             nfree += 1
     if nfree == count:
         return float(max(33 - nfree, nfree))
     need = 1 if kind == KIND_SHARE else k_gpus
-    per_gpu = milli_req if kind == KIND_SHARE else 1000
+    per_gpu = milli_req if kind == KIND_SHARE else FULL_MILLI
     taken = 0
     opened = 0
     total = 0
@@ -608,9 +670,9 @@ def packing_score(n, milli_a, count, kind, k_gpus, milli_req):
             return 0.0
         used |= 1 << pick
         taken += 1
-        if milli_a[base + pick] == 1000:
+        if milli_a[base + pick] == FULL_MILLI:
             opened += 1
-        total += milli_a[base + pick] * 100 // 1000
+        total += milli_a[base + pick] * 100 // FULL_MILLI
     if opened > 0:
         return float(max(50 - opened, 33))
     return float(max(100 - total // 10, 50))
@@ -669,7 +731,7 @@ def node_geometry(n, nodes, models):
 
 
 @per_node
-def early_verdict(n, nodes, request, ask, policy, params):
+def early_verdict(n, nodes, request, ask, rules):
     """The first check node n fails before its GPUs are read (OK when none); reference: `evaluate`'s head."""
     if nodes[NODE_CPU_FREE][n] < ask[REQ_CPU]:
         return NO_CPU
@@ -679,7 +741,7 @@ def early_verdict(n, nodes, request, ask, policy, params):
         return NO_POD_SLOT
     if ask[REQ_KIND] != KIND_NONE and not request[REQUEST_ALLOWED][nodes[NODE_MODEL][n]]:
         return MODEL_NOT_ALLOWED
-    if nodes[NODE_SPOT][n] and not ask[REQ_INTERRUPTIBLE] and params[SPOT_FORBID] > 0.0 and policy == P_GPUPACK:
+    if nodes[NODE_SPOT][n] and not ask[REQ_INTERRUPTIBLE] and rules[RULE_SPOT_FORBID]:
         return SPOT_FORBIDDEN
     return OK
 
@@ -744,11 +806,11 @@ def share_frag_after(n, geometry, gpus, mix, cache, j, milli_req, free_before, c
 
 @per_node
 def share_choice(
-    n, geometry, gpus, mix, cache, scratch, policy, milli_req, noise, plain_mask, free_before, frag_before,
+    n, geometry, gpus, mix, cache, scratch, pick_rule, milli_req, noise, plain_mask, free_before, frag_before,
     cpu_after, mem_after,
 ):
-    """A share (reference: `evaluate`, Kind.SHARE): the plain GPU with `milli_req` free that the policy
-    prefers, into scratch slot 0; returns (verdict, free units after, fragmentation after, FGD's score)."""
+    """A share (reference: `share_pick`): the plain GPU with `milli_req` free that the policy's `pick_rule`
+    (PICK_*) prefers, into scratch slot 0; returns (verdict, free units after, fragmentation after)."""
     model, mode, compute_total, base, count = geometry
     milli_a = gpus[GPU_MILLI]
     hosts = 0
@@ -756,9 +818,8 @@ def share_choice(
         if (plain_mask >> j) & 1 and milli_a[base + j] >= milli_req:
             hosts += 1
     if hosts == 0:
-        return NO_GPU, free_before, frag_before, 0.0
-    uses_frag = policy == P_GPUPACK or policy == P_FGD
-    pick = int(noise[n] * hosts) if policy == P_RANDOM else 0
+        return NO_GPU, free_before, frag_before
+    pick = int(noise[n] * hosts) if pick_rule == PICK_RANDOM else 0
     seen = 0
     best_j = -1
     best_key = 0.0
@@ -768,14 +829,14 @@ def share_choice(
         left = milli_a[base + j]
         if not (plain_mask >> j) & 1 or left < milli_req:
             continue
-        if policy == P_RANDOM:
+        if pick_rule == PICK_RANDOM:
             if seen == pick:
                 best_j = j
             seen += 1
-        elif policy == P_FIRSTFIT or policy == P_KUBE:
+        elif pick_rule == PICK_FIRST:
             if best_j < 0:
                 best_j = j
-        elif not uses_frag:  # best fit: the tightest GPU, lowest index on ties
+        elif pick_rule == PICK_BEST_FIT:  # the tightest GPU, lowest index on ties
             if best_j < 0 or left < best_left:
                 best_j = j
                 best_left = left
@@ -790,7 +851,7 @@ def share_choice(
             if duplicate:
                 continue
             f_after = share_frag_after(n, geometry, gpus, mix, cache, j, milli_req, free_before, cpu_after, mem_after)
-            if policy == P_FGD:  # the highest FGD score
+            if pick_rule == PICK_FGD:  # the highest FGD score
                 key = sigmoid_score(frag_before, f_after)
                 better = best_j < 0 or key > best_key
             else:  # least fragmentation, then the tightest GPU
@@ -804,21 +865,21 @@ def share_choice(
     scratch[SCRATCH_GPU][0] = best_j
     scratch[SCRATCH_START][0] = -1
     scratch[SCRATCH_SHAPE][0] = -1
-    return OK, free_before - milli_req * MILLI_UNIT, frag_after, best_key if policy == P_FGD else 0.0
+    return OK, free_before - milli_req * MILLI_UNIT, frag_after
 
 
 @per_node
-def pick_whole_gpus(n, geometry, gpus, cache, scratch, policy, params, k_gpus, free_mask):
+def pick_whole_gpus(n, geometry, gpus, cache, scratch, by_topology, k_gpus, free_mask):
     """`k_gpus` free GPUs of node n into the scratch slots; returns their topology rating (1.0 unless rated).
 
-    Topology-aware policies take the best-connected set of two or more, cached per node and size while
+    Topology-aware policies (`by_topology`: RULE_SETS) take the best-connected set of two or more, cached per node and size while
     the node is unchanged (it depends on the free GPUs only); others, and one GPU, the lowest free ones
     (a single GPU is placed by `finish_choice` once the node is chosen: every free GPU scores the same).
     """
     model, mode, compute_total, base, count = geometry
     chosen_gpus = scratch[SCRATCH_GPU]
     topo = 1.0
-    if (policy == P_GPUPACK or params[TOPO_SETS] > 0.0) and k_gpus > 1:
+    if by_topology and k_gpus > 1:
         cache_set = cache[CACHE_SET]
         cache_topo = cache[CACHE_TOPO]
         if cache_topo[n, k_gpus] >= 0.0:
@@ -860,7 +921,7 @@ def whole_frag_after(n, geometry, gpus, mix, cache, scratch, k_gpus, free_before
         me = gpus[GPU_ME][i]
         static_used = gpus[GPU_STATIC_USED][i]
         return frag_after_change(
-            model, mode, compute_total, 0, 1000, False, 0, 0, me, static_used, 0, True, 0, 0, me, static_used,
+            model, mode, compute_total, 0, FULL_MILLI, False, 0, 0, me, static_used, 0, True, 0, 0, me, static_used,
             cpu_after, mem_after, free_before, mix[MIX_WEIGHT], mix[MIX_TASK], mix[MIX_SHAPE], mix[MIX_ALLOWED],
             cache[CACHE_UNUSABLE], cache[CACHE_HOSTS], n,
         )
@@ -893,22 +954,19 @@ def whole_frag_after(n, geometry, gpus, mix, cache, scratch, k_gpus, free_before
 
 @per_node
 def whole_choice(
-    n, geometry, gpus, mix, cache, scratch, policy, params, k_gpus, free_mask, free_before, frag_before,
-    cpu_after, mem_after,
+    n, geometry, gpus, mix, cache, scratch, rules, k_gpus, free_mask, free_before, frag_before, cpu_after,
+    mem_after,
 ):
-    """Whole GPUs (reference: `evaluate`, Kind.WHOLE): `k_gpus` untouched GPUs into the scratch slots;
-    returns (verdict, free units after, fragmentation after, topology rating, FGD's score)."""
+    """Whole GPUs (reference: `whole_pick`): `k_gpus` untouched GPUs into the scratch slots; returns
+    (verdict, free units after, fragmentation after, topology rating)."""
     if popcount(free_mask) < k_gpus:
-        return NO_GPU, free_before, frag_before, 1.0, 0.0
-    topo = pick_whole_gpus(n, geometry, gpus, cache, scratch, policy, params, k_gpus, free_mask)
+        return NO_GPU, free_before, frag_before, 1.0
+    topo = pick_whole_gpus(n, geometry, gpus, cache, scratch, rules[RULE_SETS], k_gpus, free_mask)
     frag_after = frag_before
-    gpu_score = 0.0
-    if policy == P_GPUPACK or policy == P_FGD:
+    if rules[RULE_FRAG]:
         frag_after = whole_frag_after(n, geometry, gpus, mix, cache, scratch, k_gpus, free_before, cpu_after,
                                       mem_after)
-        if policy == P_FGD:
-            gpu_score = sigmoid_score(frag_before, frag_after)
-    return OK, free_before - k_gpus * UNIT, frag_after, topo, gpu_score
+    return OK, free_before - k_gpus * UNIT, frag_after, topo
 
 
 @per_node
@@ -940,10 +998,11 @@ def instance_frag_after(
 
 
 @per_node
-def best_instance(geometry, gpus, mix, scratch, policy, shape, need_me, running_free, cpu_after, mem_after):
+def best_instance(geometry, gpus, mix, scratch, pick_rule, shape, need_me, running_free, cpu_after, mem_after):
     """Where one more MIG instance of `shape` goes on node n's changed copy: (GPU, start, placement id),
-    GPU -1 when none fits. gpupack: least fragmentation, then the fullest GPU, then the lowest GPU and on
-    it the highest start; first-fit and kube-default: the first option; the others: the fullest GPU."""
+    GPU -1 when none fits. By `pick_rule`: PICK_LEAST_FRAG least fragmentation, then the fullest GPU,
+    then the lowest GPU and on it the highest start; PICK_FIRST the first option; PICK_BEST_FIT the
+    fullest GPU, lowest GPU and start on ties."""
     model, mode, compute_total, base, count = geometry
     local = scratch[SCRATCH_LOCAL]
     best_j = -1
@@ -970,7 +1029,7 @@ def best_instance(geometry, gpus, mix, scratch, policy, shape, need_me, running_
             pid = option
             start = PLACEMENT_START[option] if mode == MODE_STATIC else option
             key = 0.0
-            if policy == P_GPUPACK:
+            if pick_rule == PICK_LEAST_FRAG:
                 key = -instance_frag_after(geometry, gpus, mix, scratch, j, shape, start, pid, need_me, running_free,
                                            cpu_after, mem_after)
                 better = (
@@ -978,7 +1037,7 @@ def best_instance(geometry, gpus, mix, scratch, policy, shape, need_me, running_
                     or (key == best_key and used_units > best_used)
                     or (key == best_key and used_units == best_used and j == best_j and start > best_start)
                 )
-            elif policy == P_FIRSTFIT or policy == P_KUBE:
+            elif pick_rule == PICK_FIRST:
                 better = best_j < 0
             else:  # best fit: the fullest GPU that fits, lowest start
                 better = best_j < 0 or used_units > best_used
@@ -1018,14 +1077,14 @@ def take_instance(geometry, gpus, mix, scratch, j, shape, start, pid, need_me):
 
 
 @per_node
-def mig_choice(n, geometry, gpus, request, ask, mix, cache, scratch, policy, free_before, frag_before, cpu_after,
+def mig_choice(n, geometry, gpus, request, ask, mix, cache, scratch, rules, free_before, frag_before, cpu_after,
                mem_after):
-    """MIG instances (reference: `evaluate`, Kind.MIG), largest first, each where `best_instance` puts it on
-    a copy of the node that the earlier ones changed, into the scratch slots; returns (verdict, free
-    units after, fragmentation after, FGD's score)."""
+    """MIG instances (reference: `mig_pick`), largest first, each where `best_instance` puts it on a copy
+    of the node that the earlier ones changed, into the scratch slots; returns (verdict, free units
+    after, fragmentation after)."""
     model, mode, compute_total, base, count = geometry
     if mode == MODE_NONE or count == 0:
-        return NO_MIG, free_before, frag_before, 0.0
+        return NO_MIG, free_before, frag_before
     unusable = scratch[SCRATCH_UNUSABLE]
     hosts = scratch[SCRATCH_HOSTS]
     load_local(
@@ -1036,46 +1095,44 @@ def mig_choice(n, geometry, gpus, request, ask, mix, cache, scratch, policy, fre
     for q in range(ask[REQ_INSTANCES]):
         shape = request[REQUEST_SHAPES][q, model]
         if shape < 0:
-            return NO_MIG, free_before, frag_before, 0.0
+            return NO_MIG, free_before, frag_before
         need_me = request[REQUEST_ME][q]
-        j, start, pid = best_instance(geometry, gpus, mix, scratch, policy, shape, need_me, running_free, cpu_after,
-                                      mem_after)
+        j, start, pid = best_instance(geometry, gpus, mix, scratch, rules[RULE_MIG], shape, need_me, running_free,
+                                      cpu_after, mem_after)
         if j < 0:
-            return NO_MIG, free_before, frag_before, 0.0
+            return NO_MIG, free_before, frag_before
         running_free += take_instance(geometry, gpus, mix, scratch, j, shape, start, pid, need_me)
         scratch[SCRATCH_GPU][q] = j
         scratch[SCRATCH_START][q] = start
         scratch[SCRATCH_SHAPE][q] = shape
-    if policy == P_GPUPACK or policy == P_FGD:
+    if rules[RULE_FRAG]:
         frag_after = node_frag(
             model, cpu_after, mem_after, running_free, mix[MIX_WEIGHT], mix[MIX_TASK], mix[MIX_ALLOWED], unusable,
             hosts, 0,
         )
-        return OK, running_free, frag_after, sigmoid_score(frag_before, frag_after)
-    return OK, running_free, frag_before, 0.0
+        return OK, running_free, frag_after
+    return OK, running_free, frag_before
 
 
 @per_node
-def cpu_only_frag(n, geometry, mix, cache, cpu_after, mem_after, free_before, frag_before):
-    """CPU and memory only (reference: `evaluate`, Kind.NONE): (fragmentation after, FGD's score) of node n."""
-    frag_after = node_frag(
+def cpu_only_frag(n, geometry, mix, cache, cpu_after, mem_after, free_before):
+    """CPU and memory only (reference: `evaluate`, Kind.NONE): fragmentation of node n after."""
+    return node_frag(
         geometry[0], cpu_after, mem_after, free_before, mix[MIX_WEIGHT], mix[MIX_TASK], mix[MIX_ALLOWED],
         cache[CACHE_UNUSABLE], cache[CACHE_HOSTS], n,
     )
-    return frag_after, sigmoid_score(frag_before, frag_after)
 
 
 @per_node
-def evaluate_node(
-    n, nodes, gpus, models, request, ask, mix, policy, params, noise, max_price, max_memory, cache, scratch,
-):
+def evaluate_node(n, nodes, gpus, models, request, ask, mix, policy, noise, max_price, max_memory, cache, scratch):
     """Verdict of node n, its score before the rank term (-inf when infeasible) and its placement's slot
     count; the placement itself goes to the scratch slots. Reference: `scoring.reference.evaluate`."""
-    verdict = early_verdict(n, nodes, request, ask, policy, params)
+    rules = policy[POLICY_RULES]
+    verdict = early_verdict(n, nodes, request, ask, rules)
     if verdict != OK:
         return verdict, -np.inf, 0
     geometry = node_geometry(n, nodes, models)
-    uses_frag = policy == P_GPUPACK or policy == P_FGD
+    uses_frag = rules[RULE_FRAG] != 0
     free_before, free_mask, plain_mask, frag_before = node_state(n, geometry, nodes, gpus, mix, cache, scratch,
                                                                  uses_frag)
     kind = ask[REQ_KIND]
@@ -1085,39 +1142,42 @@ def evaluate_node(
     free_after = free_before
     frag_after = frag_before
     topo = 1.0
-    gpu_score = 0.0  # FGD: score of the best GPU choice
     if kind == KIND_SHARE:
         slots = 1
-        verdict, free_after, frag_after, gpu_score = share_choice(
-            n, geometry, gpus, mix, cache, scratch, policy, ask[REQ_MILLI], noise, plain_mask, free_before,
-            frag_before, cpu_after, mem_after,
+        verdict, free_after, frag_after = share_choice(
+            n, geometry, gpus, mix, cache, scratch, rules[RULE_SHARE], ask[REQ_MILLI], noise, plain_mask,
+            free_before, frag_before, cpu_after, mem_after,
         )
     elif kind == KIND_WHOLE:
         slots = ask[REQ_GPUS]
-        verdict, free_after, frag_after, topo, gpu_score = whole_choice(
-            n, geometry, gpus, mix, cache, scratch, policy, params, slots, free_mask, free_before, frag_before,
-            cpu_after, mem_after,
+        verdict, free_after, frag_after, topo = whole_choice(
+            n, geometry, gpus, mix, cache, scratch, rules, slots, free_mask, free_before, frag_before, cpu_after,
+            mem_after,
         )
     elif kind == KIND_MIG:
         slots = ask[REQ_INSTANCES]
-        verdict, free_after, frag_after, gpu_score = mig_choice(
-            n, geometry, gpus, request, ask, mix, cache, scratch, policy, free_before, frag_before, cpu_after,
+        verdict, free_after, frag_after = mig_choice(
+            n, geometry, gpus, request, ask, mix, cache, scratch, rules, free_before, frag_before, cpu_after,
             mem_after,
         )
     elif uses_frag:
-        frag_after, gpu_score = cpu_only_frag(n, geometry, mix, cache, cpu_after, mem_after, free_before, frag_before)
+        frag_after = cpu_only_frag(n, geometry, mix, cache, cpu_after, mem_after, free_before)
     if verdict != OK:
         return verdict, -np.inf, 0
     score = node_score(
-        n, nodes[NODE_CPU_FREE], nodes[NODE_MEM_FREE], nodes[NODE_MODEL], nodes[NODE_SPOT], nodes[NODE_PRICE],
-        nodes[NODE_CPU_CAP], nodes[NODE_MEM_CAP], nodes[NODE_TAGS], gpus[GPU_MILLI], nodes[NODE_PODS_FREE],
-        nodes[NODE_PODS_CAP], models[MODEL_MEMORY], request[REQUEST_SCALARS], policy, params, max_price, max_memory,
-        geometry[4], free_before, free_after, frag_before, frag_after, topo, gpu_score,
+        n, nodes, gpus, models, ask, policy[POLICY_WEIGHTS], max_price, max_memory, geometry[4], free_before,
+        free_after, frag_before, frag_after, topo,
     )
     return OK, score, slots
 
 
 # ----------------------------------------------------------------------------- the memo
+# The memo keeps each node's verdict and score for as long as its version is unchanged and its epoch
+# is current: the caller starts a new epoch when the request, the policy or the mix weights change,
+# and `memo_epoch` does when the candidates' price or memory maxima do. A node read from the memo is
+# not scored again; when it wins, it alone is scored once more after the loop, for its placement.
+# kube-scheduler sends the same candidates pod after pod and a decision changes one node, so nearly
+# every node is read from the memo. A policy whose GPU choice draws on `noise` (PICK_RANDOM) bypasses it.
 @per_node
 def memo_epoch(memo, max_price, max_memory):
     """The memo's current epoch; a new one when the candidates' price or memory maxima changed (the
@@ -1163,25 +1223,18 @@ def keep_placement(scratch, out, slots):
 
 # ----------------------------------------------------------------------------- the driver
 @njit(cache=True, nogil=True, _nrt=False)
-def schedule(nodes, gpus, models, request, candidate, mix, policy, params, rank, noise, cache, memo, scratch, out):
+def schedule(nodes, gpus, models, request, candidate, mix, policy, rank, noise, cache, memo, scratch, out):
     """Score every candidate node; returns (best node or -1, slots) with its placement in `out`.
 
     Arguments (tuples in the column order of `scoring.layout`, which documents each array):
     nodes, gpus, models: the inventory's arrays (NODE_*, GPU_*, MODEL_*); request: the request's scalars,
     MIG shapes, +me flags and allowed models (REQUEST_*); candidate: bool per node, the rows the caller
-    allows; mix: the policy's task types (MIX_*); policy: a P_* id; params: its W_* vector; rank: per
-    node, ties on score go to the lowest; noise: per node in [0, 1), the random policy's GPU draw;
-    cache: per-node sums kept while a node's version is unchanged (CACHE_*); memo: per-node verdicts
-    and scores (MEMO_*); scratch: from `make_scratch`; out: per node score and verdict, the chosen
-    node's GPU, MIG start and shape per slot (OUT_*). The GIL is released while it runs.
-
-    The memo keeps each node's verdict and score for as long as its version is unchanged and its
-    epoch is current: the caller starts a new epoch when the request, the policy or the mix weights
-    change, and `memo_epoch` does when the candidates' price or memory maxima do. A node read from the
-    memo is not scored again; when it wins, it alone is scored once more after the loop, for its
-    placement. kube-scheduler sends the same candidates pod after pod and a decision changes one
-    node, so nearly every node is read from the memo. The random policy (its GPU choice draws on
-    `noise`) bypasses it.
+    allows; mix: the policy's task types (MIX_*); policy: its row of the policy table, (rules, weights)
+    (POLICY_*, RULE_*, W_*); rank: per node, ties on score go to the lowest; noise: per node in [0, 1),
+    the draw of PICK_RANDOM; cache: per-node sums kept while a node's version is unchanged (CACHE_*);
+    memo: per-node verdicts and scores (MEMO_*, see "the memo" above); scratch: from `make_scratch`;
+    out: per node score and verdict, the chosen node's GPU, MIG start and shape per slot (OUT_*). The
+    GIL is released while it runs.
     """
     active = nodes[NODE_ACTIVE]
     version = nodes[NODE_VERSION]
@@ -1192,8 +1245,8 @@ def schedule(nodes, gpus, models, request, candidate, mix, policy, params, rank,
     )
     epoch = memo_epoch(memo, max_price, max_memory)
     ask = request_values(request)
-    use_memo = policy != P_RANDOM
-    order_weight = params[W_ORDER] if policy == P_GPUPACK and params[W_ORDER] > 0.0 else 0.0
+    use_memo = policy[POLICY_RULES][RULE_SHARE] != PICK_RANDOM
+    order_weight = max(policy[POLICY_WEIGHTS][W_ORDER], 0.0)
     n_nodes = active.shape[0]
     best = -1
     best_slots = 0
@@ -1223,7 +1276,7 @@ def schedule(nodes, gpus, models, request, candidate, mix, policy, params, rank,
                 redo = n
             continue
         verdict, raw, slots = evaluate_node(
-            n, nodes, gpus, models, request, ask, mix, policy, params, noise, max_price, max_memory, cache, scratch
+            n, nodes, gpus, models, request, ask, mix, policy, noise, max_price, max_memory, cache, scratch
         )
         if step < n_nodes:
             memo_store(memo, n, version[n], epoch, verdict, raw)
@@ -1231,7 +1284,7 @@ def schedule(nodes, gpus, models, request, candidate, mix, policy, params, rank,
         if verdict != OK:
             scores[n] = -np.inf
             continue
-        score = raw - order_weight * rank[n] / n_nodes  # consolidation (gpupack): keep filling early nodes
+        score = raw - order_weight * rank[n] / n_nodes  # consolidation (W_ORDER): keep filling early nodes
         scores[n] = score
         if step == n_nodes or beats(score, n, best, best_score, rank):
             best = n
@@ -1241,16 +1294,17 @@ def schedule(nodes, gpus, models, request, candidate, mix, policy, params, rank,
             keep_placement(scratch, out, slots)
     if best >= 0:  # scored in this call, so its cached free mask is current
         finish_choice(
-            best, request[REQUEST_SCALARS], policy, params, gpus[GPU_NUMA], gpus[GPU_LINK], nodes[NODE_GPU_COUNT][best],
-            cache[CACHE_FREE_MASK][best], out[OUT_GPU], scratch[SCRATCH_FREE_IDX], scratch[SCRATCH_PAIRS],
+            best, request[REQUEST_SCALARS], policy[POLICY_RULES][RULE_SETS], gpus[GPU_NUMA], gpus[GPU_LINK],
+            nodes[NODE_GPU_COUNT][best], cache[CACHE_FREE_MASK][best], out[OUT_GPU], scratch[SCRATCH_FREE_IDX],
+            scratch[SCRATCH_PAIRS],
         )
     return best, best_slots
 
 
 @helper
-def finish_choice(best, scalars, policy, params, numa_a, link_a, count, free_mask, best_gpu, free_idx, pair_scratch):
+def finish_choice(best, scalars, by_topology, numa_a, link_a, count, free_mask, best_gpu, free_idx, pair_scratch):
     """Complete the winner's placement: a single whole GPU goes where taking it cuts the fewest links
     among the node's free GPUs `free_mask` (every free GPU scored the same, so only the winner is refined)."""
-    if scalars[REQ_KIND] != KIND_WHOLE or scalars[REQ_GPUS] != 1 or not (policy == P_GPUPACK or params[TOPO_SETS] > 0.0):
+    if scalars[REQ_KIND] != KIND_WHOLE or scalars[REQ_GPUS] != 1 or not by_topology:
         return
     best_gpu_set(link_a, numa_a, best * MAX_GPUS, count, free_mask, 1, best_gpu, free_idx, pair_scratch)

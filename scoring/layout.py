@@ -18,18 +18,45 @@ from gpupack.scoring.request import MAX_GPUS_PER_NODE, Kind
 
 UNIT = 7000  # capacity units of one GPU
 MILLI_UNIT = 7  # units of one thousandth of a GPU
+FULL_MILLI = 1000  # thousandths of one GPU: free milli of an untouched GPU
 MAX_GPUS = MAX_GPUS_PER_NODE  # GPU rows reserved per node: node n owns rows n * MAX_GPUS ..
+MAX_SPEC_CPU = 128000.0  # normalisers of the ATC'23 baselines' scores: 128 cores, 8 GPUs
+MAX_SPEC_GPU = 8000.0
 
 # request kinds (`scoring.request.Kind`) and MIG modes (`scoring.facts.MigMode`) as the kernels see them
 KIND_NONE, KIND_WHOLE, KIND_SHARE, KIND_MIG = 0, 1, 2, 3
 MODE_NONE, MODE_STATIC, MODE_DYNAMIC = 0, 1, 2
 
-# policy ids (`PolicySpec.kernel_id`)
+# policy ids (`PolicySpec.kernel_id`): one row each of `scoring.policies.POLICY_TABLE`
 P_GPUPACK, P_RANDOM, P_DOT, P_CLUSTER, P_PACKING, P_BESTFIT, P_FGD, P_KUBE, P_FIRSTFIT = range(9)
 
-# params vector indices (one layout for every policy; unused entries are ignored)
-W_FRAG, W_PACK, W_TOPO, W_MODEL, W_SPOT, W_COST, SPOT_FORBID, TOPO_SETS, FRAG_STEP, W_ORDER, W_SPOT_AVOID = range(11)
-N_PARAMS = 11
+# `policy`: a policy reaches the kernels as its row of the policy table, two vectors: `rules` (ints,
+# how it picks among a node's GPUs) and `weights` (floats, what its score adds up); no kernel reads a P_* id
+POLICY_RULES, POLICY_WEIGHTS = range(2)
+# rules: measures fragmentation (FGD) before and after; how a share's GPU is picked; how a MIG
+# instance's GPU and start are picked; multi-GPU sets by NVLink topology; spot nodes refused to
+# pods that are not interruptible
+RULE_FRAG, RULE_SHARE, RULE_MIG, RULE_SETS, RULE_SPOT_FORBID = range(5)
+N_RULES = 5
+# picks (RULE_SHARE, RULE_MIG): the first option; best fit (share: the tightest GPU, MIG: the fullest);
+# a draw from the per-node noise (share only); least fragmentation after, then best fit (gpupack);
+# the highest FGD score (share only)
+PICK_FIRST, PICK_BEST_FIT, PICK_RANDOM, PICK_LEAST_FRAG, PICK_FGD = range(5)
+
+# weights: a feasible node's score is the sum of weight * part over its parts with a non-zero weight,
+# added in this column order (`kernels.weighted_part` and `reference.weighted_parts` define each part):
+# gpupack's (expected fragmentation added, GPUs used after, NVLink rating of a set, GPU memory of the
+# model, spot for interruptible pods, spot for the others, price of an idle node), then one per baseline
+(W_FRAG, W_PACK, W_TOPO, W_MODEL, W_SPOT, W_SPOT_AVOID, W_COST, W_FGD, W_BESTFIT, W_DOT, W_CLUSTER, W_GPU_PACKING,
+ W_KUBE) = range(13)  # fmt: skip
+N_PARTS = 13
+# after the parts: the weight of the rank term (subtracted outside the memo: gpupack's consolidation)
+# and the step fragmentation growth is rounded to (GPUs; 0: not rounded)
+W_ORDER, FRAG_STEP = N_PARTS, N_PARTS + 1
+N_WEIGHTS = N_PARTS + 2
+# what `gpupack explain` calls each part (the two spot parts never apply together)
+PART_NAMES = ("fragmentation", "packing", "topology", "model_fit", "spot", "spot", "cost", "fgd", "best-fit",
+              "dot-product", "gpu-clustering", "gpu-packing", "kube-default")  # fmt: skip
 
 # verdict codes per node (0 = feasible)
 OK, NOT_CANDIDATE, NO_CPU, NO_MEMORY, NO_POD_SLOT, MODEL_NOT_ALLOWED, NO_GPU, NO_MIG, SPOT_FORBIDDEN = range(9)

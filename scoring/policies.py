@@ -1,18 +1,22 @@
 """Scheduling policies: typed, documented arguments and what the kernels need to run them.
 
-The engine knows a policy only through `PolicySpec`: the kernel policy id, its parameter vector,
-the workload mix it measures fragmentation against, and how ties between nodes are broken.
+Every policy is one row of `POLICY_TABLE`: how it picks a GPU for a share and for a MIG
+instance (PICK_* rules), whether it measures fragmentation, and the weight of each score part it adds
+up (`scoring.layout` W_* columns); gpupack's weights are `GpupackWeights`. The engine knows a policy
+only through `PolicySpec`: that row as two vectors (`rules`, `params`), the workload mix it measures
+fragmentation against, and how ties between nodes are broken.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpupack.scoring import kernels as k
+from gpupack.scoring import layout as k  # the kernels' codes and columns
+from gpupack.scoring.layout import PICK_BEST_FIT, PICK_FGD, PICK_FIRST, PICK_LEAST_FRAG, PICK_RANDOM
 from gpupack.scoring.mix import LearnedMix, WorkloadMix, default_prior, empty_mix
 
 
@@ -68,39 +72,96 @@ class GpupackArgs(BaseModel):
 
 @dataclass
 class PolicySpec:
-    """What the engine needs to run one policy."""
+    """What the engine needs to run one policy: its row of `POLICY_TABLE`, with the weights filled in."""
 
     name: str
-    kernel_id: int
-    params: np.ndarray
+    kernel_id: int  # P_*: names the policy (the kernels read only `rules` and `params`)
+    params: np.ndarray  # float weights of the score parts and settings, by `scoring.layout` W_* column
     mix: WorkloadMix
     tie_break: TieBreak
     learns: bool = False  # feed every decided request to the mix
+    rules: np.ndarray = field(default_factory=lambda: np.zeros(k.N_RULES, dtype=np.int64))  # by RULE_* column
+
+    @property
+    def kernel_policy(self) -> tuple[np.ndarray, np.ndarray]:
+        """The kernels' `policy` argument (`scoring.layout.POLICY_*`)."""
+        return self.rules, self.params
 
 
-def _params(**values: float) -> np.ndarray:
-    params = np.zeros(k.N_PARAMS, dtype=np.float64)
-    for name, value in values.items():
-        params[getattr(k, name)] = value
-    return params
+@dataclass(frozen=True)
+class PolicyRow:
+    """One policy of the table: how it picks among a node's GPUs, and what its score adds up.
+
+    `share` and `mig` are PICK_* rules; `fragmentation` measures FGD's fragmentation before and after
+    (PICK_LEAST_FRAG, PICK_FGD and the W_FRAG / W_FGD parts need it); `parts` weighs score parts
+    (W_* column: weight); gpupack's weights come from `GpupackWeights` instead.
+    """
+
+    kernel_id: int
+    share: int
+    mig: int
+    fragmentation: bool
+    parts: dict[int, float]
+    tie_break: TieBreak = TieBreak.FIXED
+
+    def __post_init__(self) -> None:
+        frag_rules = {self.share, self.mig} & {PICK_LEAST_FRAG, PICK_FGD}
+        if not self.fragmentation and (frag_rules or {k.W_FRAG, k.W_FGD} & set(self.parts)):
+            raise ValueError(f"policy {self.kernel_id}: a fragmentation rule without measuring fragmentation")
+        if self.mig in {PICK_RANDOM, PICK_FGD}:
+            raise ValueError(f"policy {self.kernel_id}: PICK_RANDOM and PICK_FGD pick shares only")
+
+
+# Every policy, one row each: this table is the only place a policy's behaviour is chosen; the kernels
+# and the reference switch on its rules and sum its weights, never on its name. Ties go to a seeded
+# node order fixed for the run: the ATC'23 simulator names nodes with a seeded random prefix and its
+# results are reproduced with that order; `random` draws anew for every pod.
+POLICY_TABLE: dict[str, PolicyRow] = {
+    #                    id             share            MIG              frag   score parts
+    "gpupack": PolicyRow(k.P_GPUPACK, PICK_LEAST_FRAG, PICK_LEAST_FRAG, True, {}),  # weights: GpupackWeights
+    "random": PolicyRow(k.P_RANDOM, PICK_RANDOM, PICK_BEST_FIT, False, {}, TieBreak.PER_POD),
+    "dot-product": PolicyRow(k.P_DOT, PICK_BEST_FIT, PICK_BEST_FIT, False, {k.W_DOT: 1.0}),
+    "gpu-clustering": PolicyRow(k.P_CLUSTER, PICK_BEST_FIT, PICK_BEST_FIT, False, {k.W_CLUSTER: 1.0}),
+    "gpu-packing": PolicyRow(k.P_PACKING, PICK_BEST_FIT, PICK_BEST_FIT, False, {k.W_GPU_PACKING: 1.0}),
+    "best-fit": PolicyRow(k.P_BESTFIT, PICK_BEST_FIT, PICK_BEST_FIT, False, {k.W_BESTFIT: 1.0}),
+    "kube-default": PolicyRow(k.P_KUBE, PICK_FIRST, PICK_FIRST, False, {k.W_KUBE: 1.0}),
+    "first-fit": PolicyRow(k.P_FIRSTFIT, PICK_FIRST, PICK_FIRST, False, {}),
+    "fgd": PolicyRow(k.P_FGD, PICK_FGD, PICK_BEST_FIT, True, {k.W_FGD: 1.0}),
+}
+POLICY_NAMES = tuple(POLICY_TABLE)
+
+
+def _spec(
+    name: str, row: PolicyRow, weights: dict[int, float], mix: WorkloadMix, learns: bool = False, **rules: int
+) -> PolicySpec:
+    """A PolicySpec from a table row, its weights (W_* column: value) and the rules besides the row's."""
+    params = np.zeros(k.N_WEIGHTS, dtype=np.float64)
+    for column, value in weights.items():
+        params[column] = value
+    rule_values = np.zeros(k.N_RULES, dtype=np.int64)
+    rule_values[k.RULE_FRAG] = row.fragmentation
+    rule_values[k.RULE_SHARE] = row.share
+    rule_values[k.RULE_MIG] = row.mig
+    for column, value in rules.items():
+        rule_values[getattr(k, column)] = value
+    return PolicySpec(name, row.kernel_id, params, mix, row.tie_break, learns=learns, rules=rule_values)
 
 
 def gpupack(args: GpupackArgs | None = None) -> PolicySpec:
     """The gpupack policy: fragmentation against a learned mix, packing, topology, model fit, cost."""
     args = args or GpupackArgs()
     w = args.weights
-    params = _params(
-        W_FRAG=w.fragmentation,
-        W_PACK=w.packing,
-        W_TOPO=w.topology,
-        W_MODEL=w.model_fit,
-        W_SPOT=w.spot,
-        W_SPOT_AVOID=w.spot_avoid,
-        W_COST=w.price,
-        FRAG_STEP=w.frag_step,
-        W_ORDER=w.order,
-        SPOT_FORBID=float(args.forbid_spot_for_non_interruptible),
-    )
+    weights = {
+        k.W_FRAG: w.fragmentation,
+        k.W_PACK: w.packing,
+        k.W_TOPO: w.topology,
+        k.W_MODEL: w.model_fit,
+        k.W_SPOT: w.spot,
+        k.W_SPOT_AVOID: w.spot_avoid,
+        k.W_COST: w.price,
+        k.FRAG_STEP: w.frag_step,
+        k.W_ORDER: w.order,
+    }
     mix = LearnedMix(
         default_prior(),
         prior_weight=args.mix_prior_weight,
@@ -109,34 +170,21 @@ def gpupack(args: GpupackArgs | None = None) -> PolicySpec:
         gpu_weight=args.mix_gpu_weight,
         with_memory=args.mix_with_memory,
     )
-    return PolicySpec("gpupack", k.P_GPUPACK, params, mix, TieBreak.FIXED, learns=True)
+    spot_forbid = int(args.forbid_spot_for_non_interruptible)
+    row = POLICY_TABLE["gpupack"]
+    return _spec("gpupack", row, weights, mix, learns=True, RULE_SETS=1, RULE_SPOT_FORBID=spot_forbid)
 
 
 def fgd(oracle: WorkloadMix) -> PolicySpec:
     """FGD (ATC'23) with its oracle mix (the trace's most frequent shapes)."""
-    return PolicySpec("fgd", k.P_FGD, _params(), oracle, TieBreak.FIXED)
-
-
-# Ties go to a seeded node order fixed for the run: the ATC'23 simulator names nodes with a seeded
-# random prefix and its results are reproduced with that order; `random` draws anew for every pod.
-_SIMPLE: dict[str, tuple[int, TieBreak]] = {
-    "random": (k.P_RANDOM, TieBreak.PER_POD),
-    "dot-product": (k.P_DOT, TieBreak.FIXED),
-    "gpu-clustering": (k.P_CLUSTER, TieBreak.FIXED),
-    "gpu-packing": (k.P_PACKING, TieBreak.FIXED),
-    "best-fit": (k.P_BESTFIT, TieBreak.FIXED),
-    "kube-default": (k.P_KUBE, TieBreak.FIXED),
-    "first-fit": (k.P_FIRSTFIT, TieBreak.FIXED),
-}
-
-POLICY_NAMES = ("gpupack", *(_SIMPLE), "fgd")
+    row = POLICY_TABLE["fgd"]
+    return _spec("fgd", row, row.parts, oracle)
 
 
 def baseline(name: str, topology_sets: bool = False) -> PolicySpec:
     """One of the baselines that need no mix; `topology_sets` picks multi-GPU sets go-gpuallocator style."""
-    try:
-        kernel_id, tie = _SIMPLE[name]
-    except KeyError:
-        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}") from None
+    row = POLICY_TABLE.get(name)
+    if row is None or row.fragmentation:
+        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")
     label = f"{name}+besteffort" if topology_sets else name
-    return PolicySpec(label, kernel_id, _params(TOPO_SETS=float(topology_sets)), empty_mix(), tie)
+    return _spec(label, row, row.parts, empty_mix(), RULE_SETS=int(topology_sets))

@@ -25,8 +25,41 @@ import numpy as np
 from gpupack.scoring import kernels as k
 from gpupack.scoring.engine import Decision, RequestArrays, build_placement
 from gpupack.scoring.geometry import PLACEMENT_SHAPE, PLACEMENT_START, SHAPES, MigFamily, resolve_profile, slice_bits
-from gpupack.scoring.inventory import FULL_MILLI, MAX_GPUS, Inventory
-from gpupack.scoring.layout import MILLI_UNIT, UNIT
+from gpupack.scoring.inventory import Inventory
+from gpupack.scoring.layout import (
+    FRAG_STEP,
+    FULL_MILLI,
+    MAX_GPUS,
+    MAX_SPEC_CPU,
+    MAX_SPEC_GPU,
+    MILLI_UNIT,
+    N_PARTS,
+    PART_NAMES,
+    PICK_FGD,
+    PICK_FIRST,
+    PICK_LEAST_FRAG,
+    PICK_RANDOM,
+    RULE_FRAG,
+    RULE_MIG,
+    RULE_SETS,
+    RULE_SHARE,
+    RULE_SPOT_FORBID,
+    UNIT,
+    W_BESTFIT,
+    W_CLUSTER,
+    W_COST,
+    W_DOT,
+    W_FGD,
+    W_FRAG,
+    W_GPU_PACKING,
+    W_KUBE,
+    W_MODEL,
+    W_ORDER,
+    W_PACK,
+    W_SPOT,
+    W_SPOT_AVOID,
+    W_TOPO,
+)
 from gpupack.scoring.mix import TaskType
 from gpupack.scoring.policies import PolicySpec
 from gpupack.scoring.request import Kind, PodRequest
@@ -308,7 +341,7 @@ class Outcome:
     score: float = 0.0
     gpus: tuple[int, ...] = ()  # chosen local GPU per slot
     starts: tuple[int, ...] = ()  # MIG start per slot (-1 otherwise)
-    parts: dict[str, float] = field(default_factory=dict)  # gpupack: the terms of the score
+    parts: dict[str, float] = field(default_factory=dict)  # the terms of the score, by part name
 
 
 @dataclass
@@ -319,203 +352,267 @@ class _Context:
     instances: list[str]
     policy: PolicySpec
     types: list[TaskType]
-    weights: np.ndarray
+    mix_weights: np.ndarray
     max_price: float
     max_memory: float
+
+    def rule(self, column: int) -> int:
+        """The policy's rule in `column` (RULE_*)."""
+        return int(self.policy.rules[column])
+
+
+class _Trial:
+    """One node under evaluation: its mix, the CPU and memory left once the request is placed, and its
+    fragmentation before (0 for a policy that measures none, as in the kernels)."""
+
+    def __init__(self, node: Node, ctx: _Context) -> None:
+        self.node = node
+        self.ctx = ctx
+        self.mix = [
+            MixEntry(
+                float(weight),
+                task,
+                node.shape_of(task.mig_profile),
+                task.allowed_products is None or node.product in task.allowed_products,
+            )
+            for task, weight in zip(ctx.types, ctx.mix_weights, strict=True)
+        ]
+        self.cpu_after = node.cpu_free - ctx.request.cpu_milli
+        self.mem_after = node.mem_free - ctx.request.memory_bytes
+        self.frag_before = self.frag(node.gpus, node.cpu_free, node.mem_free)
+
+    def frag(self, gpus: Sequence[Gpu], cpu: int | None = None, mem: int | None = None) -> float:
+        """Fragmentation of the node with `gpus` (and by default the request's CPU and memory taken)."""
+        if not self.ctx.rule(RULE_FRAG):
+            return 0.0
+        cpu = self.cpu_after if cpu is None else cpu
+        mem = self.mem_after if mem is None else mem
+        return fragmentation(self.node, gpus, cpu, mem, self.mix)
+
+
+@dataclass
+class _Picked:
+    """A feasible placement on one node: its GPUs after, the chosen GPU and MIG start per slot, and the
+    NVLink rating of a multi-GPU set."""
+
+    after: list[Gpu]
+    chosen: list[int] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+    topo: float = 1.0
+
+
+def early_verdict(node: Node, ctx: _Context) -> int:
+    """The first check the node fails before its GPUs are read (OK when none); kernels: `early_verdict`."""
+    request = ctx.request
+    allowed = request.allowed_products is None or node.product in request.allowed_products
+    if node.cpu_free < request.cpu_milli:
+        return k.NO_CPU
+    if node.mem_free < request.memory_bytes:
+        return k.NO_MEMORY
+    if node.pods_free < 1:
+        return k.NO_POD_SLOT
+    if request.kind != Kind.NONE and not allowed:
+        return k.MODEL_NOT_ALLOWED
+    if node.spot and not request.interruptible and ctx.rule(RULE_SPOT_FORBID):
+        return k.SPOT_FORBIDDEN
+    return k.OK
 
 
 def evaluate(node: Node, ctx: _Context, noise: float) -> Outcome:
     """Verdict, score and placement of the request on one candidate node."""
-    request = ctx.request
-    policy = ctx.policy.kernel_id
-    params = ctx.policy.params
-    allowed = request.allowed_products is None or node.product in request.allowed_products
-    if node.cpu_free < request.cpu_milli:
-        return Outcome(k.NO_CPU)
-    if node.mem_free < request.memory_bytes:
-        return Outcome(k.NO_MEMORY)
-    if node.pods_free < 1:
-        return Outcome(k.NO_POD_SLOT)
-    if request.kind != Kind.NONE and not allowed:
-        return Outcome(k.MODEL_NOT_ALLOWED)
-    if node.spot and not request.interruptible and params[k.SPOT_FORBID] > 0.0 and policy == k.P_GPUPACK:
-        return Outcome(k.SPOT_FORBIDDEN)
+    verdict = early_verdict(node, ctx)
+    if verdict != k.OK:
+        return Outcome(verdict)
+    trial = _Trial(node, ctx)
+    kind = ctx.request.kind
+    picked: _Picked | int
+    if kind == Kind.SHARE:
+        picked = share_pick(trial, noise)
+    elif kind == Kind.WHOLE:
+        picked = whole_pick(trial)
+    elif kind == Kind.MIG:
+        picked = mig_pick(trial)
+    else:
+        picked = _Picked(list(node.gpus))
+    if isinstance(picked, int):
+        return Outcome(picked)
+    free_before = sum(free_units(node, gpu) for gpu in node.gpus)
+    free_after = sum(free_units(node, gpu) for gpu in picked.after)
+    frag_after = trial.frag(picked.after)
+    parts = weighted_parts(trial, free_before, free_after, frag_after, picked.topo)
+    score = 0.0
+    for value in parts.values():
+        score += value  # in column order, as the kernel adds them, so the sums agree bit for bit
+    named = {PART_NAMES[part]: value for part, value in parts.items()}
+    return Outcome(k.OK, score, tuple(picked.chosen), tuple(picked.starts), named)
 
-    mix = [
-        MixEntry(
-            float(weight),
-            task,
-            node.shape_of(task.mig_profile),
-            task.allowed_products is None or node.product in task.allowed_products,
-        )
-        for task, weight in zip(ctx.types, ctx.weights, strict=True)
-    ]
-    uses_frag = policy in (k.P_GPUPACK, k.P_FGD)
-    cpu_after = node.cpu_free - request.cpu_milli
-    mem_after = node.mem_free - request.memory_bytes
 
-    def frag(gpus: Sequence[Gpu], cpu: int, mem: int) -> float:
-        return fragmentation(node, gpus, cpu, mem, mix) if uses_frag else 0.0
+def share_pick(trial: _Trial, noise: float) -> _Picked | int:
+    """A share: the plain GPU with the milli free that the policy's RULE_SHARE prefers (kernels: `share_choice`)."""
+    request = trial.ctx.request
+    before = list(trial.node.gpus)
+    hosts = [j for j, gpu in enumerate(before) if gpu.plain and gpu.milli >= request.milli]
+    if not hosts:
+        return k.NO_GPU
 
-    before = list(node.gpus)
-    frag_before = frag(before, node.cpu_free, node.mem_free)
-    after = list(before)
-    chosen: list[int] = []
-    starts: list[int] = []
+    def shared(j: int) -> list[Gpu]:
+        trial_gpus = list(before)
+        trial_gpus[j] = replace(before[j], milli=before[j].milli - request.milli)
+        return trial_gpus
+
+    rule = trial.ctx.rule(RULE_SHARE)
+    if rule == PICK_RANDOM:
+        pick = hosts[int(noise * len(hosts))]
+    elif rule == PICK_FIRST:
+        pick = hosts[0]
+    elif rule == PICK_FGD:  # the highest FGD score, lowest index on ties
+        pick = min(hosts, key=lambda j: (-fgd_score(trial.frag_before, trial.frag(shared(j))), j))
+    elif rule == PICK_LEAST_FRAG:  # least fragmentation, then the tightest GPU, then lowest index
+        pick = min(hosts, key=lambda j: (trial.frag(shared(j)), before[j].milli, j))
+    else:  # PICK_BEST_FIT: the tightest GPU, lowest index on ties
+        pick = min(hosts, key=lambda j: (before[j].milli, j))
+    return _Picked(shared(pick), [pick], [-1])
+
+
+def whole_pick(trial: _Trial) -> _Picked | int:
+    """Whole GPUs: untouched GPUs, the best-connected set under RULE_SETS, else the lowest (kernels:
+    `whole_choice`, and `finish_choice` for a single GPU)."""
+    node, request = trial.node, trial.ctx.request
+    free = [j for j, gpu in enumerate(node.gpus) if gpu.plain and gpu.milli == FULL_MILLI]
+    if len(free) < request.gpus:
+        return k.NO_GPU
     topo = 1.0
-    fgd = 0.0  # FGD: the score of its best choice
+    if trial.ctx.rule(RULE_SETS) and (len(free) > request.gpus or request.gpus > 1):
+        subset, score_set = best_gpu_set(node, free, request.gpus)
+        chosen = list(subset)
+        if request.gpus > 1:
+            _, ideal = best_gpu_set(node, range(node.count), request.gpus)
+            pairs = list(itertools.combinations(chosen, 2))
+            linked = sum(1 for a, b in pairs if node.links[a][b] > 0)
+            topo = 0.75 * linked / len(pairs) + 0.25 * (score_set / ideal if ideal > 0 else 1.0)
+    else:
+        chosen = free[: request.gpus]
+    after = list(node.gpus)
+    for j in chosen:
+        after[j] = replace(after[j], whole=True, milli=0)
+    return _Picked(after, chosen, [-1] * len(chosen), topo)
 
-    if request.kind == Kind.SHARE:
-        hosts = [j for j, gpu in enumerate(before) if gpu.plain and gpu.milli >= request.milli]
-        if not hosts:
-            return Outcome(k.NO_GPU)
 
-        def shared(j: int) -> list[Gpu]:
-            trial = list(before)
-            trial[j] = replace(before[j], milli=before[j].milli - request.milli)
-            return trial
+def mig_pick(trial: _Trial) -> _Picked | int:
+    """MIG instances, largest first, each on the GPUs as the earlier ones left them, where the
+    policy's RULE_MIG puts it (kernels: `mig_choice`)."""
+    node = trial.node
+    if node.mode == k.MODE_NONE or node.count == 0:
+        return k.NO_MIG
+    picked = _Picked(list(node.gpus))
+    for profile in trial.ctx.instances:
+        shape = node.shape_of(profile)
+        if shape is None:
+            return k.NO_MIG
+        need_me = profile.endswith("+me")
+        options = instance_options(trial, picked.after, shape, need_me)
+        if not options:
+            return k.NO_MIG
+        _, j, start, pid = min(options, key=lambda option: option[0])
+        picked.after[j] = with_instance(node, picked.after[j], shape, start, pid, need_me)
+        picked.chosen.append(j)
+        picked.starts.append(start)
+    return picked
 
-        if policy == k.P_RANDOM:
-            pick = hosts[int(noise * len(hosts))]
-        elif policy in (k.P_FIRSTFIT, k.P_KUBE):
-            pick = hosts[0]
-        elif policy == k.P_FGD:  # the highest FGD score, lowest index on ties
-            pick = min(hosts, key=lambda j: (-fgd_score(frag_before, frag(shared(j), cpu_after, mem_after)), j))
-            fgd = fgd_score(frag_before, frag(shared(pick), cpu_after, mem_after))
-        elif policy == k.P_GPUPACK:  # least fragmentation, then the tightest GPU, then lowest index
-            pick = min(hosts, key=lambda j: (frag(shared(j), cpu_after, mem_after), before[j].milli, j))
-        else:  # best fit: the tightest GPU, lowest index on ties
-            pick = min(hosts, key=lambda j: (before[j].milli, j))
-        after = shared(pick)
-        chosen, starts = [pick], [-1]
 
-    elif request.kind == Kind.WHOLE:
-        free = [j for j, gpu in enumerate(before) if gpu.plain and gpu.milli == FULL_MILLI]
-        if len(free) < request.gpus:
-            return Outcome(k.NO_GPU)
-        topology_aware = policy == k.P_GPUPACK or params[k.TOPO_SETS] > 0.0
-        if topology_aware and (len(free) > request.gpus or request.gpus > 1):
-            subset, score_set = best_gpu_set(node, free, request.gpus)
-            chosen = list(subset)
-            if request.gpus > 1:
-                _, ideal = best_gpu_set(node, range(node.count), request.gpus)
-                pairs = list(itertools.combinations(chosen, 2))
-                linked = sum(1 for a, b in pairs if node.links[a][b] > 0)
-                topo = 0.75 * linked / len(pairs) + 0.25 * (score_set / ideal if ideal > 0 else 1.0)
+def instance_options(trial: _Trial, gpus: list[Gpu], shape: int, need_me: bool) -> list[tuple[tuple, int, int, int]]:
+    """Every (GPU, start) where one more instance of `shape` fits, as (key, GPU, start, placement id);
+    the lowest key is the policy's choice (kernels: `best_instance`)."""
+    node = trial.node
+    rule = trial.ctx.rule(RULE_MIG)
+    options: list[tuple[tuple, int, int, int]] = []
+    for j, gpu in enumerate(gpus):
+        if mig_fit(node, gpu, shape, need_me) == 0:
+            continue
+        if node.mode == k.MODE_STATIC:
+            used = bin(gpu.sused).count("1")  # instances in use
+            here = [(int(PLACEMENT_START[pid]), pid) for pid in static_options(gpu, shape, need_me)]
         else:
-            chosen = free[: request.gpus]
-        for j in chosen:
-            after[j] = replace(after[j], whole=True, milli=0)
-        starts = [-1] * len(chosen)
-
-    elif request.kind == Kind.MIG:
-        if node.mode == k.MODE_NONE or node.count == 0:
-            return Outcome(k.NO_MIG)
-        for profile in ctx.instances:
-            shape = node.shape_of(profile)
-            if shape is None:
-                return Outcome(k.NO_MIG)
-            need_me = profile.endswith("+me")
-            # every (GPU, start) option with its tie-break key; lower key is better
-            options: list[tuple[tuple, int, int, int]] = []
-            for j, gpu in enumerate(after):
-                if mig_fit(node, gpu, shape, need_me) == 0:
-                    continue
-                if node.mode == k.MODE_STATIC:
-                    used = bin(gpu.sused).count("1")  # instances in use
-                    here = [(int(PLACEMENT_START[pid]), pid) for pid in static_options(gpu, shape, need_me)]
-                else:
-                    used = gpu.compute  # compute slices in use
-                    here = [(start, -1) for start in dynamic_starts(gpu, shape)]
-                for order, (start, pid) in enumerate(here):
-                    if policy == k.P_GPUPACK:
-                        # least fragmentation; then the fullest GPU; then the lowest GPU; on it the
-                        # highest start
-                        trial = list(after)
-                        trial[j] = with_instance(node, gpu, shape, start, pid, need_me)
-                        key: tuple = (frag(trial, cpu_after, mem_after), -used, j, -start)
-                    elif policy in (k.P_FIRSTFIT, k.P_KUBE):
-                        key = (j, order)  # the first free option
-                    else:
-                        key = (-used, j, order)  # best fit: the fullest GPU, lowest index and start
-                    options.append((key, j, start, pid))
-            if not options:
-                return Outcome(k.NO_MIG)
-            _, j, start, pid = min(options, key=lambda option: option[0])
-            after[j] = with_instance(node, after[j], shape, start, pid, need_me)
-            chosen.append(j)
-            starts.append(start)
-
-    free_before = sum(free_units(node, gpu) for gpu in before)
-    free_after = sum(free_units(node, gpu) for gpu in after)
-    frag_after = frag(after, cpu_after, mem_after)
-    if policy == k.P_FGD and request.kind != Kind.SHARE:
-        fgd = fgd_score(frag_before, frag_after)
-    if not uses_frag:
-        frag_after = frag_before
-    score = node_score(node, ctx, free_before, free_after, frag_before, frag_after, topo, fgd)
-    parts = gpupack_parts(node, ctx, free_after, frag_before, frag_after, topo) if policy == k.P_GPUPACK else {}
-    return Outcome(k.OK, score, tuple(chosen), tuple(starts), parts)
+            used = gpu.compute  # compute slices in use
+            here = [(start, -1) for start in dynamic_starts(gpu, shape)]
+        for order, (start, pid) in enumerate(here):
+            if rule == PICK_LEAST_FRAG:
+                # least fragmentation; then the fullest GPU; then the lowest GPU; on it the highest start
+                changed = list(gpus)
+                changed[j] = with_instance(node, gpu, shape, start, pid, need_me)
+                key: tuple = (trial.frag(changed), -used, j, -start)
+            elif rule == PICK_FIRST:
+                key = (j, order)  # the first free option
+            else:  # PICK_BEST_FIT: the fullest GPU, lowest index and start
+                key = (-used, j, order)
+            options.append((key, j, start, pid))
+    return options
 
 
-def gpupack_parts(
-    node: Node, ctx: _Context, free_after: int, frag_before: float, frag_after: float, topo: float
-) -> dict[str, float]:
-    """The terms of the `gpupack` score of one feasible node, in the kernel's order (explain shows them)."""
-    request = ctx.request
-    params = ctx.policy.params
-    # expected fragmentation added, in GPUs, optionally rounded to a step of FRAG_STEP GPUs
-    growth = (frag_after - frag_before) / UNIT
-    if params[k.FRAG_STEP] > 0.0:
-        growth = math.floor(growth / params[k.FRAG_STEP] + 0.5) * params[k.FRAG_STEP]
-    parts = {"fragmentation": -params[k.W_FRAG] * growth}
-    used_fraction = 0.0 if node.count == 0 else 1.0 - free_after / (node.count * UNIT)
-    parts["packing"] = params[k.W_PACK] * used_fraction
-    if request.kind == Kind.WHOLE and request.gpus > 1:
-        parts["topology"] = params[k.W_TOPO] * topo
-    if request.kind != Kind.NONE and ctx.max_memory > 0:
-        parts["model_fit"] = -(params[k.W_MODEL] * node.memory_mib / ctx.max_memory)
-    if node.spot:
-        parts["spot"] = params[k.W_SPOT] if request.interruptible else -params[k.W_SPOT_AVOID]
-    if ctx.max_price > 0 and not math.isnan(node.price) and node.pods_free == node.pods_cap:
-        parts["cost"] = -(params[k.W_COST] * node.price / ctx.max_price)
+# ----------------------------------------------------------------------------- the score
+def weighted_parts(
+    trial: _Trial, free_before: int, free_after: int, frag_after: float, topo: float
+) -> dict[int, float]:
+    """weight * part for every part (W_* column) the policy weighs and that applies to the node, in
+    column order; the score is their sum (kernels: `node_score`, `weighted_part`)."""
+    weights = trial.ctx.policy.params
+    parts: dict[int, float] = {}
+    for part in range(N_PARTS):
+        weight = float(weights[part])
+        if weight != 0.0:
+            value = weighted_part(part, weight, trial, free_before, free_after, frag_after, topo)
+            if value is not None:
+                parts[part] = value
     return parts
 
 
-def node_score(
-    node: Node,
-    ctx: _Context,
-    free_before: int,
-    free_after: int,
-    frag_before: float,
-    frag_after: float,
-    topo: float,
-    fgd: float,
-) -> float:
-    """The policy's score of a feasible node (higher is better), in the kernel's expression order."""
+def weighted_part(
+    part: int, weight: float, trial: _Trial, free_before: int, free_after: int, frag_after: float, topo: float
+) -> float | None:
+    """weight * part `part` of the node's score; None where the part does not apply."""
+    node, ctx = trial.node, trial.ctx
     request = ctx.request
-    policy = ctx.policy.kernel_id
-    kind = request.kind
+    if part == W_FRAG:  # expected fragmentation added, in GPUs, optionally rounded to FRAG_STEP GPUs
+        growth = (frag_after - trial.frag_before) / UNIT
+        step = float(ctx.policy.params[FRAG_STEP])
+        if step > 0.0:
+            growth = math.floor(growth / step + 0.5) * step
+        return -weight * growth
+    if part == W_PACK:
+        return weight * (0.0 if node.count == 0 else 1.0 - free_after / (node.count * UNIT))
+    if part == W_TOPO:
+        return weight * topo if request.kind == Kind.WHOLE and request.gpus > 1 else None
+    if part == W_MODEL:
+        applies = request.kind != Kind.NONE and ctx.max_memory > 0
+        return -(weight * node.memory_mib / ctx.max_memory) if applies else None
+    if part == W_SPOT:
+        return weight if node.spot and request.interruptible else None
+    if part == W_SPOT_AVOID:
+        return -weight if node.spot and not request.interruptible else None
+    if part == W_COST:  # the price of the node the pod switches on
+        applies = ctx.max_price > 0 and not math.isnan(node.price) and node.pods_free == node.pods_cap
+        return -(weight * node.price / ctx.max_price) if applies else None
+    if part == W_FGD:
+        return weight * fgd_score(trial.frag_before, frag_after)
+    return weight * baseline_part(part, node, request, free_before, free_after)
+
+
+def baseline_part(part: int, node: Node, request: PodRequest, free_before: int, free_after: int) -> float:
+    """The score of the ATC'23 baselines and kube-default (parts W_BESTFIT .. W_KUBE)."""
     demand_milli = (free_before - free_after) / MILLI_UNIT
     left_milli = free_before / MILLI_UNIT
-    if policy == k.P_GPUPACK:
-        score = 0.0
-        for part in gpupack_parts(node, ctx, free_after, frag_before, frag_after, topo).values():
-            score += part  # the kernel's order of terms, so the sum is bit-identical
-        return float(score)
-    if policy == k.P_FGD:
-        return fgd
-    if policy == k.P_BESTFIT:
+    kind = request.kind
+    if part == W_BESTFIT:
         raw = (
-            0.5 * (node.cpu_free - request.cpu_milli) / k.MAX_SPEC_CPU
-            + 0.5 * (left_milli - demand_milli) / k.MAX_SPEC_GPU
+            0.5 * (node.cpu_free - request.cpu_milli) / MAX_SPEC_CPU
+            + 0.5 * (left_milli - demand_milli) / MAX_SPEC_GPU
         )
         return float(math.floor((1.0 - raw) * 100.0))
-    if policy == k.P_DOT:
-        dot = (node.cpu_free / k.MAX_SPEC_CPU) * (request.cpu_milli / k.MAX_SPEC_CPU)
-        dot += (left_milli / k.MAX_SPEC_GPU) * (demand_milli / k.MAX_SPEC_GPU)
+    if part == W_DOT:
+        dot = (node.cpu_free / MAX_SPEC_CPU) * (request.cpu_milli / MAX_SPEC_CPU)
+        dot += (left_milli / MAX_SPEC_GPU) * (demand_milli / MAX_SPEC_GPU)
         return float(math.floor(100.0 * (1.0 - dot / 2.0)))
-    if policy == k.P_CLUSTER:
+    if part == W_CLUSTER:
         if kind == Kind.NONE:
             return 0.0
         tag = 0 if kind == Kind.SHARE else request.gpus  # (MIG requests count as tag 0)
@@ -524,13 +621,12 @@ def node_score(
         if node.tags[tag] > 0:
             return float(base_score + (75 if others == 0 else 50))
         return float(base_score + (25 if others == 0 else 0))
-    if policy == k.P_PACKING:
+    if part == W_GPU_PACKING:
         return 0.0 if kind == Kind.NONE else packing_score(node, request)
-    if policy == k.P_KUBE:
-        cpu_part = (node.cpu_free - request.cpu_milli) * 100 // node.cpu_cap if node.cpu_cap > 0 else 0
-        mem_part = (node.mem_free - request.memory_bytes) * 100 // node.mem_cap if node.mem_cap > 0 else 0
-        return float((cpu_part + mem_part) // 2)
-    return 0.0  # random, first-fit: the tie-break order decides
+    assert part == W_KUBE, part
+    cpu_part = (node.cpu_free - request.cpu_milli) * 100 // node.cpu_cap if node.cpu_cap > 0 else 0
+    mem_part = (node.mem_free - request.memory_bytes) * 100 // node.mem_cap if node.mem_cap > 0 else 0
+    return float((cpu_part + mem_part) // 2)
 
 
 def packing_score(node: Node, request: PodRequest) -> float:
@@ -552,7 +648,7 @@ def packing_score(node: Node, request: PodRequest) -> float:
     opened = sum(1 for m in taken if m == FULL_MILLI)
     if opened > 0:
         return float(max(50 - opened, 33))
-    total = sum(m * 100 // 1000 for m in taken)
+    total = sum(m * 100 // FULL_MILLI for m in taken)
     return float(max(100 - total // 10, 50))
 
 
@@ -568,8 +664,8 @@ def reference_decide(
 ) -> Decision:
     """What `Engine(inventory, policy).decide(request, candidates, rank, noise)` answers, in plain Python.
 
-    Raises RequestError for the same requests the engine rejects. Changes nothing. For the gpupack
-    policy, `parts` (when given) receives the terms of each feasible node's score, by node name.
+    Raises RequestError for the same requests the engine rejects. Changes nothing. `parts` (when
+    given) receives the terms of each feasible node's score (weight * part, by part name), by node name.
     """
     arrays = RequestArrays(request, inventory)  # validates MIG profiles, orders instances
     n = inventory.size
@@ -584,19 +680,8 @@ def reference_decide(
     rank = np.arange(n, dtype=np.int64) if rank is None else rank
     noise = np.zeros(n, dtype=np.float64) if noise is None else noise
     nodes = {row: read_node(inventory, row) for row in range(n) if mask[row]}
-
-    prices = [node.price for node in nodes.values() if node.count > 0 and not math.isnan(node.price)]
-    memories = [node.memory_mib for node in nodes.values() if node.count > 0]
-    types, weights = policy.mix.current()
-    ctx = _Context(
-        request=request,
-        instances=arrays.instances,
-        policy=policy,
-        types=list(types),
-        weights=weights,
-        max_price=max([0.0, *prices]),
-        max_memory=max([0.0, *memories]),
-    )
+    ctx = _context(policy, arrays, list(nodes.values()))
+    order_weight = float(policy.params[W_ORDER])
 
     verdicts = np.full(n, k.NOT_CANDIDATE, dtype=np.int8)
     scores = np.full(n, -np.inf, dtype=np.float64)
@@ -609,8 +694,8 @@ def reference_decide(
             continue
         score = outcome.score
         terms = dict(outcome.parts)
-        if policy.kernel_id == k.P_GPUPACK and policy.params[k.W_ORDER] > 0.0:
-            order = policy.params[k.W_ORDER] * rank[row] / n  # consolidation along the fixed order
+        if order_weight > 0.0:
+            order = order_weight * rank[row] / n  # consolidation along the fixed order
             terms["order"] = -float(order)
             score -= order
         if parts is not None and terms:
@@ -625,3 +710,19 @@ def reference_decide(
         start = np.array(best_outcome.starts, dtype=np.int32)
         placement = build_placement(inventory, best, len(best_outcome.gpus), arrays, gpu, start)
     return Decision(placement, np.flatnonzero(mask), verdicts, scores, inventory.names)
+
+
+def _context(policy: PolicySpec, arrays: RequestArrays, nodes: list[Node]) -> _Context:
+    """The decision's cluster-wide inputs; the price and memory maxima are over the candidate GPU nodes."""
+    prices = [node.price for node in nodes if node.count > 0 and not math.isnan(node.price)]
+    memories = [node.memory_mib for node in nodes if node.count > 0]
+    types, mix_weights = policy.mix.current()
+    return _Context(
+        request=arrays.request,
+        instances=arrays.instances,
+        policy=policy,
+        types=list(types),
+        mix_weights=mix_weights,
+        max_price=max([0.0, *prices]),
+        max_memory=max([0.0, *memories]),
+    )

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpupack.scoring import inventory, kernels, layout, reference
+from gpupack.scoring import inventory, kernels, layout, policies, reference
 from gpupack.scoring.facts import MigMode
+from gpupack.scoring.policies import POLICY_TABLE, PolicyRow, TieBreak
 from gpupack.scoring.request import Kind
 
 
@@ -27,7 +28,9 @@ def test_a_code_out_of_step_fails_the_import_check() -> None:
 def test_shared_constants_are_defined_once() -> None:
     assert kernels.UNIT is layout.UNIT and reference.UNIT is layout.UNIT
     assert kernels.MILLI_UNIT is layout.MILLI_UNIT and reference.MILLI_UNIT is layout.MILLI_UNIT
-    assert kernels.MAX_GPUS == inventory.MAX_GPUS == layout.MAX_GPUS
+    assert kernels.MAX_GPUS is inventory.MAX_GPUS is layout.MAX_GPUS is reference.MAX_GPUS
+    assert kernels.FULL_MILLI is inventory.FULL_MILLI is layout.FULL_MILLI is reference.FULL_MILLI
+    assert kernels.MAX_SPEC_CPU is layout.MAX_SPEC_CPU is reference.MAX_SPEC_CPU
     assert kernels.KIND_MIG is layout.KIND_MIG and kernels.MODE_STATIC is layout.MODE_STATIC
 
 
@@ -38,3 +41,44 @@ def test_scratch_follows_the_layout() -> None:
     assert scratch[layout.SCRATCH_GPU].shape == (5,)
     assert scratch[layout.SCRATCH_PAIRS].shape == (layout.MAX_GPUS * layout.MAX_GPUS,)
     assert scratch[layout.SCRATCH_GPU_HOSTS].shape == (layout.MAX_GPUS, 3)
+
+
+def test_the_kernels_and_the_reference_read_no_policy_id() -> None:
+    """Policies are dispatched from their row of the table (rules and weights), never by id."""
+    for module in (kernels, reference):
+        assert not [name for name in vars(module) if name.startswith("P_")], module.__name__
+
+
+SPECIAL = {"gpupack": policies.gpupack, "fgd": lambda: policies.fgd(policies.empty_mix())}
+
+
+def test_every_policy_row_becomes_its_spec() -> None:
+    assert len(layout.PART_NAMES) == layout.N_PARTS
+    for name, row in POLICY_TABLE.items():
+        spec = SPECIAL[name]() if name in SPECIAL else policies.baseline(name)
+        assert spec.kernel_id == row.kernel_id and spec.tie_break == row.tie_break
+        assert spec.rules[layout.RULE_SHARE] == row.share and spec.rules[layout.RULE_MIG] == row.mig
+        assert spec.rules[layout.RULE_FRAG] == row.fragmentation
+        assert spec.params.shape == (layout.N_WEIGHTS,) and spec.rules.shape == (layout.N_RULES,)
+        for part, weight in row.parts.items():
+            assert spec.params[part] == weight
+    assert policies.baseline("kube-default", topology_sets=True).rules[layout.RULE_SETS] == 1
+    assert policies.gpupack().rules[layout.RULE_SETS] == 1
+
+
+@pytest.mark.parametrize(
+    ("share", "mig", "parts"),
+    [
+        (layout.PICK_LEAST_FRAG, layout.PICK_FIRST, {}),
+        (layout.PICK_FIRST, layout.PICK_FIRST, {layout.W_FGD: 1.0}),
+        (layout.PICK_FGD, layout.PICK_FIRST, {}),
+    ],
+)
+def test_a_row_that_needs_fragmentation_must_measure_it(share: int, mig: int, parts: dict[int, float]) -> None:
+    with pytest.raises(ValueError, match="without measuring fragmentation"):
+        PolicyRow(layout.P_FIRSTFIT, share, mig, False, parts)
+
+
+def test_random_and_fgd_picks_are_for_shares_only() -> None:
+    with pytest.raises(ValueError, match="shares only"):
+        PolicyRow(layout.P_RANDOM, layout.PICK_RANDOM, layout.PICK_RANDOM, False, {}, TieBreak.PER_POD)
