@@ -4,18 +4,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TypedDict
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.typing import ColorType
 
 HIGHLIGHT = "gpupack"  # drawn last, on top, thicker and in a colour no other line uses
 HIGHLIGHT_COLOUR = "#d62728"
 MARKERS = ("s", "^", "v", "D", "x", "+", "*", "P", "<", ">")
 
 
-def line_style(name: str, index: int, points: int) -> dict[str, object]:
+class LineStyle(TypedDict):
+    """The matplotlib keywords `line_style` sets."""
+
+    color: ColorType
+    linewidth: float
+    marker: str
+    markersize: float
+    markevery: int | tuple[int, int]
+    zorder: float
+
+
+def line_style(name: str, index: int, points: int) -> LineStyle:
     """Matplotlib keywords for series `name`: gpupack stands out; the others differ by colour and marker."""
     every = max(1, points // 8)
     if name.startswith(HIGHLIGHT):
@@ -43,7 +56,7 @@ def _curve_lines(ax: plt.Axes, results: Sequence[Mapping[str, object]], every_se
     names = [label for label, _ in lines]
     for i in highlight_last(names):
         label, curve = lines[i]
-        ax.plot([p[0] for p in curve], [p[1] for p in curve], label=label, **line_style(label, i, len(curve)))  # type: ignore[arg-type]
+        ax.plot([p[0] for p in curve], [p[1] for p in curve], label=label, **line_style(label, i, len(curve)))
     handles, labels = ax.get_legend_handles_labels()
     first = highlight_last(labels)[::-1]  # gpupack first in the legend as well
     ax.legend([handles[i] for i in first], [labels[i] for i in first], fontsize=7)

@@ -69,8 +69,9 @@ def test_full_clusters_have_the_specified_sizes() -> None:
     build_inventory(mig.with_mig(MigMode.STATIC, STATIC_BALANCED).build())  # layouts are valid
     prices = {(g.product, g.spot): g.hourly_cost for g in cost_cluster().groups}
     for (product, spot), price in prices.items():
+        on_demand = prices[(product, False)]
         if spot:
-            assert 0.3 <= price / prices[(product, False)] <= 0.4
+            assert price is not None and on_demand is not None and 0.3 <= price / on_demand <= 0.4
 
 
 def test_balanced_layouts_fill_every_compute_slice() -> None:
@@ -208,7 +209,8 @@ def test_tiny_report_writes_every_file_and_every_table_number_is_in_the_json(tmp
     report = run_report(tiny_config(OPENB), tmp_path)
     text = (tmp_path / "REPORT.md").read_text()
     saved = orjson.loads((tmp_path / "results.json").read_bytes())
-    assert saved["config"]["label"] == report["config"]["label"] == "tiny"
+    config = report["config"]
+    assert isinstance(config, dict) and saved["config"]["label"] == config["label"] == "tiny"
     images = [name for section in saved["sections"].values() for name in section["plots"]]
     assert {"openb_unallocated.png", "mig_occupancy.png", "nvlink_links.png", "cost_busy.png", "speed_kernel.png",
             "speed_http.png", "mig_curves.png", "nvlink_curves.png", "openb_curves.png",
@@ -349,7 +351,7 @@ def test_allocation_curves_can_draw_every_seed(tmp_path: Path) -> None:
     runs = [{"seed": s, "curve": [[0, 0], [50, 49 - s], [100, 90]]} for s in (42, 43, 44)]
     fig, ax = plt.subplots()
     plots._curve_lines(ax, [{"policy": "gpupack", "runs": runs}, {"policy": "fgd", "runs": runs}], every_seed=True)
-    labels = [line.get_label() for line in ax.get_lines()]
+    labels = [str(line.get_label()) for line in ax.get_lines()]
     assert sorted(labels) == sorted(f"{p}, seed {s}" for p in ("gpupack", "fgd") for s in (42, 43, 44))
     assert labels[-3:] == ["gpupack, seed 42", "gpupack, seed 43", "gpupack, seed 44"]  # on top
     plt.close(fig)

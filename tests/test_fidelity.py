@@ -34,7 +34,9 @@ def trace():
 @pytest.mark.parametrize("policy", sorted(GO_ALLOCATED))
 def test_the_go_simulators_order_gives_its_published_allocation(trace, policy: str) -> None:
     result = simulate(trace, policy, "fgd", [42], order_file=str(OPENB / "default_seed42_order.txt"))
-    (run,) = result["runs"]
+    runs = result["runs"]
+    assert isinstance(runs, list)
+    (run,) = runs
     at_100, at_130 = GO_ALLOCATED[policy]
     assert run["pods_submitted"] == GO_ORDER_PODS
     assert run["alloc_pct_at_100"] == pytest.approx(at_100, abs=TOLERANCE)

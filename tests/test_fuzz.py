@@ -63,7 +63,9 @@ def assert_consistent(state: ClusterState) -> None:
     assert_no_overlap(NODES, placements)
     expected = Inventory()
     for obj in NODES:
-        expected.add_node(state.inventory.facts[state.inventory.index[obj["metadata"]["name"]]])
+        facts = state.inventory.facts[state.inventory.index[obj["metadata"]["name"]]]
+        assert facts is not None
+        expected.add_node(facts)
     for placement in placements:
         expected.commit(placement)
     with state.lock:
@@ -196,7 +198,7 @@ containers = st.fixed_dictionaries(
     optional={"resources": st.fixed_dictionaries({}, optional={"limits": resource_lists, "requests": resource_lists})},
 )
 annotation_values = st.text(max_size=12) | st.sampled_from(["true", "false", "TRUE"]) | json_values.map(json.dumps)
-annotations = st.dictionaries(
+pod_annotations = st.dictionaries(  # not `annotations`: that name is the __future__ import's
     st.sampled_from(["gpupack.io/interruptible", "gpupack.io/assignment", "gpupack.io/mig", "other"]),
     annotation_values,
     max_size=3,
@@ -215,7 +217,7 @@ def random_pods(draw: st.DrawFn) -> dict[str, Any]:
         spec["overhead"] = draw(resource_lists)
     name = draw(st.text(st.characters(codec="ascii", categories=["Ll", "Nd"]), min_size=1, max_size=8))
     return {
-        "metadata": {"name": name, "namespace": "fuzz", "uid": f"fuzz-{name}", "annotations": draw(annotations)},
+        "metadata": {"name": name, "namespace": "fuzz", "uid": f"fuzz-{name}", "annotations": draw(pod_annotations)},
         "spec": spec,
     }
 

@@ -525,7 +525,8 @@ def test_random_histories_converge_to_a_fresh_list(seed: int) -> None:
     for _ in range(8):
         cluster.mutate()
     lists = [list(cluster.pods.values())]
-    h = Harness(consumer=ListCheckingMirror(lists))
+    mirror = ListCheckingMirror(lists)
+    h = Harness(consumer=mirror)
     h.api.script_list("Node", [], "1")
     h.api.script_list("Pod", lists[0], str(cluster.version))
     for _window in range(8):
@@ -538,6 +539,6 @@ def test_random_histories_converge_to_a_fresh_list(seed: int) -> None:
             h.api.script_list("Pod", lists[-1], str(cluster.version))
     h.run()
     h.stop()
-    assert h.mirror.mismatches == []
+    assert mirror.mismatches == []
     assert h.mirror.synced_count == len(lists)
     h.mirror.assert_equals_fresh_list([], list(cluster.pods.values()))

@@ -34,7 +34,7 @@ def test_report_of_a_live_cluster(cluster: E2ECluster, capsys: pytest.CaptureFix
     # every pod on these nodes is this test's: the namespace pays each node it uses in full
     used = set(bound.values())
     assert report["by_namespace"][cluster.namespace] == pytest.approx(sum(nodes[n] for n in used), abs=0.005)
-    per_pod = Counter()
+    per_pod: Counter[str] = Counter()
     for p in mine.values():
         per_pod[p["node"]] += round(p["hourly_cost"] * 100)
     assert per_pod == {node: round(nodes[node] * 100) for node in used}  # each node's cents, split exactly
