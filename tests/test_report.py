@@ -142,6 +142,22 @@ def test_pool_totals_follow_changes_of_changed_nodes_only() -> None:
     assert totals.pools()[PoolKey("NVIDIA-H100-80GB-HBM3", "spot")]["gpus"] == 2
 
 
+def test_pool_totals_recompute_only_changed_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpupack.scoring.pools as pools
+
+    state = state_from([node(f"n{i}", gpus=2) for i in range(50)])
+    totals = PoolTotals(state.inventory)
+    recomputed: list[int] = []
+    real = pools.node_figures
+    monkeypatch.setattr(pools, "node_figures", lambda inv, rows: recomputed.append(rows.size) or real(inv, rows))
+    totals.pools()
+    state.inventory.commit(Placement("n7", (GpuSlot(1),)))
+    totals.pools()
+    totals.pools()  # nothing changed since
+    assert recomputed == [50, 1]
+    assert totals.pools()[PoolKey("NVIDIA-H100-80GB-HBM3", "on-demand")]["gpus_allocated"] == 1
+
+
 # ------------------------------------------------------------------ the CLI on real inputs
 def report_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
     assert main(["report", *args, "--json"]) == 0
