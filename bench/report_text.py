@@ -16,7 +16,7 @@ import orjson
 from gpupack.bench import speed
 from gpupack.bench.churn import FAMILY_PROFILES, FAMILY_SHARE, INFERENCE_SIZES, ChurnConfig
 from gpupack.bench.markdown import Table, bullet_list
-from gpupack.bench.openb_report import TUNING_SEEDS
+from gpupack.bench.openb_report import TUNING
 from gpupack.bench.paired import SIGNIFICANCE
 from gpupack.bench.sections import Section
 
@@ -81,8 +81,7 @@ def _header(config: Config, info: Mapping[str, object]) -> str:
         f"- seeds: openb {seeds_text(config['openb_seeds'])}; "  # type: ignore[arg-type]
         f"churn / MIG / NVLink / cost {seeds_text(config['scenario_seeds'])}; "  # type: ignore[arg-type]
         f"scenario clusters at {config['scale']} x their full node counts\n"
-        f"- gpupack's default weights were chosen on openb seeds {TUNING_SEEDS} (docs/packing-experiments.md), "
-        "never on the seeds reported here\n"
+        f"- tuning: {TUNING}\n"
         "- every number below comes from this run; `results.json` beside this file holds them all (per seed)."
     )
 
@@ -92,10 +91,10 @@ def _openb(config: Config, openb: Section) -> str:
     return (
         "## 1. openb (Alibaba GPU traces, FGD protocol)\n\n"
         "Cluster: `openb_node_list_gpu_node.csv`" + (f" (first {limit} nodes only)" if limit else "") + "; "
-        f"every pod list of the trace folder. Protocol `fgd`: shuffle with the seed, inflate to 130 % of GPU "
+        "every pod list of the trace folder. Protocol `fgd`: shuffle with the seed, inflate to 130 % of GPU "
         "capacity, submit one pod at a time, drop failures. Cells: unallocated GPU % at arrived = 100 % (lower "
-        "is better). `fgd` is given each trace's workload mix in advance (oracle); gpupack learns it online, with "
-        f"weights chosen on seeds {TUNING_SEEDS}. Our seeds shuffle with numpy, not Go's math/rand, so orders "
+        "is better). `fgd` is given each trace's workload mix in advance (oracle); gpupack learns it online "
+        "(where its weights come from: the header). Our seeds shuffle with numpy, not Go's math/rand, so orders "
         "differ from the paper's. The first seed of each (trace, policy) runs to 130 % for the curves; later "
         "seeds stop at arrived = 100 % (the value read is the same).\n\n"
         "gpupack against fgd, per trace (IQR: the seed spread, p75 − p25; the paired columns take gpupack − fgd "
@@ -104,7 +103,8 @@ def _openb(config: Config, openb: Section) -> str:
         + "\n\nEvery policy, seed spread (IQR):\n\n" + _tables(openb, "openb_spread")
         + "\n\nThe published figures (ATC'23, median of 10 seeds; from the trace README):\n\n"
         + _tables(openb, "openb_paper")
-        + "\n\nSimulator time per run (seconds of one worker; first seeds run to 130 %, later ones to 100 %):\n\n"
+        + "\n\nSimulator time per run (wall seconds of one worker, and the CPU seconds of its process, which "
+        "other work on the machine does not inflate; first seeds run to 130 %, later ones to 100 %):\n\n"
         + _tables(openb, "openb_seconds") + "\n\n" + _images(openb)
     )  # fmt: skip
 
