@@ -102,6 +102,8 @@ class CostRun:
     alloc_pct: float = 0.0
     busy_nodes: int = 0
     busy_cost_per_hour: float = 0.0
+    cluster_cost_per_hour: float = 0.0
+    firm_pods_on_spot_pct: float = 0.0
     firm_gpus_on_spot: float = 0.0  # non-interruptible GPU-hours on spot, per hour
     flexible_gpus_on_spot_pct: float = 0.0
     after_departures: dict[str, float] = field(default_factory=dict)
@@ -137,6 +139,7 @@ def measure(inventory: Inventory, placed: dict[str, tuple[TracePod, Placement]])
     busy = [row for row in range(n) if inventory.node_active[row] and not inventory.node_is_empty(row)]
     prices = np.nan_to_num(inventory.node_price[:n], nan=0.0)
     allocated = firm_on_spot = flexible = flexible_on_spot = 0.0
+    firm_pods = firm_pods_on_spot = 0
     for pod, placement in placed.values():
         gpus = placed_gpus(inventory, placement)
         allocated += gpus
@@ -146,11 +149,15 @@ def measure(inventory: Inventory, placed: dict[str, tuple[TracePod, Placement]])
             flexible_on_spot += gpus * on_spot
         else:
             firm_on_spot += gpus * on_spot
+            firm_pods += 1
+            firm_pods_on_spot += on_spot
     busy_rows = set(busy)
     empty = [r for r in range(n) if inventory.node_active[r] and inventory.node_gpu_count[r] and r not in busy_rows]
     return {
         "busy_nodes": len(busy),
         "busy_cost_per_hour": round(float(prices[busy].sum()), 2),
+        "cluster_cost_per_hour": round(float(prices[inventory.node_active[:n]].sum()), 2),
+        "firm_pods_on_spot_pct": round(100 * firm_pods_on_spot / firm_pods, 2) if firm_pods else 0.0,
         "alloc_pct": round(100 * allocated / max(inventory.gpus_total(), 1), 3),
         "firm_gpus_on_spot": round(firm_on_spot, 3),
         "flexible_gpus_on_spot_pct": round(100 * flexible_on_spot / flexible, 2) if flexible else 0.0,
@@ -168,6 +175,14 @@ def depart(inventory: Inventory, placed: dict[str, tuple[TracePod, Placement]], 
         inventory.release(placed.pop(name)[1])
 
 
+def policy_named(name: str) -> CostPolicy:
+    """The COST_POLICIES entry called `name`; ValueError for another name."""
+    for policy in COST_POLICIES:
+        if policy.name == name:
+            return policy
+    raise ValueError(f"no cost policy {name!r}; choose from {', '.join(p.name for p in COST_POLICIES)}")
+
+
 def run(trace: Trace, policy: CostPolicy, seed: int, load: float) -> CostRun:
     """One cost run: fill to `load`, measure, let DEPARTING of the pods go, count what is releasable."""
     started = time.perf_counter()
@@ -175,7 +190,8 @@ def run(trace: Trace, policy: CostPolicy, seed: int, load: float) -> CostRun:
     inventory, placed = fill(trace, order, policy, seed)
     now = measure(inventory, placed)
     result = CostRun(policy.name, seed, load, pods_placed=len(placed))
-    for key in ("alloc_pct", "busy_nodes", "busy_cost_per_hour", "firm_gpus_on_spot", "flexible_gpus_on_spot_pct"):
+    for key in ("alloc_pct", "busy_nodes", "busy_cost_per_hour", "cluster_cost_per_hour", "firm_pods_on_spot_pct",
+                "firm_gpus_on_spot", "flexible_gpus_on_spot_pct"):  # fmt: skip
         setattr(result, key, now[key])
     depart(inventory, placed, DEPARTING, seed)
     later = measure(inventory, placed)

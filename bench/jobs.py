@@ -177,6 +177,27 @@ class CostJob:
 
 
 @dataclass(frozen=True)
+class CostSpotJob:
+    """The cost cluster with the spot practice of bench.cost (taints, or gpupack's own rule), one `ratio` fill."""
+
+    traces_dir: str
+    policy: str  # a bench.cost.COST_POLICIES name
+    seed: int
+    ratio: float = 1.0
+    scale: float = 1.0
+    scenario: str = "cost-spot"
+
+    def run(self) -> dict[str, object]:
+        from gpupack.bench.cost import policy_named, run
+
+        nodes = cost_cluster().scaled(self.scale).build()
+        pods = list(_pods(str(Path(self.traces_dir) / pod_file("default"))))
+        result = run(Trace(nodes, pods), policy_named(self.policy), self.seed, self.ratio)
+        fields = {k: v for k, v in asdict(self).items() if k != "traces_dir"}
+        return {**fields, "cost_spot": result.to_json()}
+
+
+@dataclass(frozen=True)
 class ChurnJob:
     """The churn protocol (bench.churn) on the churn cluster with the inference-style MIG mix."""
 
@@ -197,7 +218,7 @@ class ChurnJob:
         return {**fields, "run": result.to_json(), "gpus_total": gpu_count(nodes)}
 
 
-Job = OpenbJob | MigJob | NvlinkJob | CostJob | ChurnJob
+Job = OpenbJob | MigJob | NvlinkJob | CostJob | CostSpotJob | ChurnJob
 
 
 def run_job(job: Job) -> dict[str, object]:

@@ -30,7 +30,8 @@ import orjson
 
 from gpupack.bench import speed
 from gpupack.bench.churn_report import churn_section
-from gpupack.bench.jobs import ChurnJob, CostJob, Job, MigJob, NvlinkJob, OpenbJob, run_job
+from gpupack.bench.cost import ZERO_RISK
+from gpupack.bench.jobs import ChurnJob, CostJob, CostSpotJob, Job, MigJob, NvlinkJob, OpenbJob, run_job
 from gpupack.bench.markdown import update_readme
 from gpupack.bench.openb_report import openb_section, readme_block
 from gpupack.bench.report_text import render, seeds_text, soak_text
@@ -164,6 +165,9 @@ def build_jobs(config: BenchConfig) -> list[Job]:
         jobs += [
             CostJob(t, policy, seed, ratio, config.scale) for ratio in config.cost_ratios for policy in COST_POLICIES
         ]
+        jobs += [  # the same cluster with the spot practice of bench.cost: cost at equal risk (#16)
+            CostSpotJob(t, policy, seed, ratio, config.scale) for ratio in config.cost_ratios for policy in ZERO_RISK
+        ]
     return sorted(jobs, key=lambda j: (j.policy not in SLOW_POLICIES, j.scenario != "openb"))
 
 
@@ -287,7 +291,9 @@ def run_report(config: BenchConfig, out: Path, log: Callable[[str], None] = lamb
         "churn": churn_section(by_scenario.get("churn", []), CHURN_POLICIES, out),
         "mig": mig_section(by_scenario.get("mig", []), [label for label, _, _ in MIG_RUNS], out),
         "nvlink": nvlink_section(by_scenario.get("nvlink", []), NVLINK_POLICIES, out),
-        "cost": cost_section(by_scenario.get("cost", []), COST_POLICIES, config.cost_ratios, out),
+        "cost": cost_section(
+            by_scenario.get("cost", []), COST_POLICIES, config.cost_ratios, out, by_scenario.get("cost-spot", [])
+        ),
     }
     log("speed: kernel")
     speed_started = time.perf_counter()

@@ -270,8 +270,11 @@ def cost_of(result: Result, key: str) -> float | None:
     return cost[key]
 
 
-def cost_section(results: Sequence[Result], policies: Sequence[str], ratios: Sequence[float], out: Path) -> Section:
-    """Hourly cost of the nodes in use and spot placement, per load level and policy."""
+def cost_section(
+    results: Sequence[Result], policies: Sequence[str], ratios: Sequence[float], out: Path, spot: Sequence[Result] = ()
+) -> Section:
+    """Hourly cost of the nodes in use and spot placement, per load level and policy; with `spot` (CostSpotJob
+    results) also the policies that keep non-interruptible pods off spot, compared at equal risk."""
     section = Section()
     by = group(results, "ratio", "policy")
     table = Table(["load (x capacity)", "policy", "alloc % at end", *[label for _, label in COST_COLUMNS]])
@@ -303,6 +306,7 @@ def cost_section(results: Sequence[Result], policies: Sequence[str], ratios: Seq
         )
         compare(section, f"{where}, allocation % at end", values["alloc"], higher_is_better=True)
         busy[f"load {ratio}"] = medians(values["busy_node_cost_per_hour"])
+        busy[f"load {ratio}"].update(equal_risk_rows(section, table, spot, ratio))
         entries = [curve_entry(p, by[(ratio, p)]) for p in policies if by.get((ratio, p))]
         name = f"cost_curves_{ratio}.png"
         plots.allocation_curves(
@@ -322,6 +326,34 @@ def cost_section(results: Sequence[Result], policies: Sequence[str], ratios: Seq
         f"{ratio}/{p}": [slim(run_of(r), i == 0) for i, r in enumerate(by[(ratio, p)])] for (ratio, p) in by
     }
     return section
+
+
+def equal_risk_rows(section: Section, table: Table, spot: Sequence[Result], ratio: float) -> dict[str, float]:
+    """Rows of the spot-practice runs at `ratio` added to the cost table, gpupack's cost profile compared seed by
+    seed with the taint baselines (bench.cost); the median busy-node $/h of each, for the bar chart."""
+    from gpupack.bench.cost import BASELINES_AT_ZERO_RISK, CONTENDER
+
+    by = group([r for r in spot if r["ratio"] == ratio], "policy")
+    busy_cost: dict[str, PerSeed] = {}
+    alloc: dict[str, PerSeed] = {}
+    for (policy,), runs in by.items():
+        runs_of = [r["cost_spot"] for r in runs]
+        busy_cost[str(policy)] = per_seed(runs, lambda r: r["cost_spot"]["busy_cost_per_hour"])  # type: ignore[index]
+        alloc[str(policy)] = per_seed(runs, lambda r: r["cost_spot"]["alloc_pct"])  # type: ignore[index]
+        med = {k: median(float(run[k]) for run in runs_of) for k in (  # type: ignore[index]
+            "alloc_pct", "busy_nodes", "busy_cost_per_hour", "cluster_cost_per_hour", "firm_pods_on_spot_pct",
+            "flexible_gpus_on_spot_pct")}  # fmt: skip
+        table.add(ratio, str(policy), med["alloc_pct"], med["busy_nodes"], med["busy_cost_per_hour"],
+                  round(100 * med["busy_cost_per_hour"] / med["cluster_cost_per_hour"], 2),
+                  med["firm_pods_on_spot_pct"], med["flexible_gpus_on_spot_pct"])  # fmt: skip
+    rivals = [name for name in (CONTENDER, *BASELINES_AT_ZERO_RISK) if name in busy_cost]
+    if CONTENDER in rivals:
+        where = f"cost at equal risk ({CONTENDER} as gpupack; no non-interruptible pod on spot), load {ratio}"
+        renamed = {("gpupack" if n == CONTENDER else n): busy_cost[n] for n in rivals}
+        compare(section, f"{where}, busy-node cost $/h", renamed, False, unit="")
+        compare(section, f"{where}, allocation %", {("gpupack" if n == CONTENDER else n): alloc[n] for n in rivals},
+                True)  # fmt: skip
+    return {str(policy): m for policy, m in medians(busy_cost).items()}
 
 
 # ----------------------------------------------------------------------------- speed
