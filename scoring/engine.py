@@ -64,7 +64,7 @@ class Decision:
     def reasons(self) -> dict[str, str]:
         """Why each infeasible candidate was rejected, by node name."""
         rows, codes = self.verdict_rows(feasible=False)
-        return {self.names[row]: VERDICT_REASONS[code] for row, code in zip(rows.tolist(), codes.tolist(), strict=True)}  # type: ignore[misc]
+        return {self.names[row]: VERDICT_REASONS[code] for row, code in zip(rows.tolist(), codes.tolist(), strict=True)}
 
     def verdict_rows(self, feasible: bool, besides: int = -1) -> tuple[np.ndarray, np.ndarray]:
         """(rows, verdicts) of the candidates other than row `besides`: the infeasible ones, and the
@@ -80,7 +80,7 @@ class Decision:
     def feasible_scores(self) -> dict[str, float]:
         """Score of every feasible candidate, by node name."""
         feasible = self.rows[self.verdicts[self.rows] == k.OK].tolist()
-        return {self.names[row]: float(self.scores[row]) for row in feasible}  # type: ignore[misc]
+        return {self.names[row]: float(self.scores[row]) for row in feasible}
 
     def score_of(self, row: int) -> float | None:
         """The score of one inventory row, None when it was not feasible."""

@@ -142,8 +142,8 @@ def _spec(
     rule_values[k.RULE_FRAG] = row.fragmentation
     rule_values[k.RULE_SHARE] = row.share
     rule_values[k.RULE_MIG] = row.mig
-    for column, value in rules.items():
-        rule_values[getattr(k, column)] = value
+    for rule, value in rules.items():
+        rule_values[getattr(k, rule)] = value
     return PolicySpec(name, row.kernel_id, params, mix, row.tie_break, learns=learns, rules=rule_values)
 
 
