@@ -289,10 +289,12 @@ def parse_topology(
 
 
 def _small_ints(values: list[object], what: str, limit: int) -> tuple[int, ...]:
+    checked: list[int] = []
     for value in values:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
             raise ValueError(f"{what} entry {value!r} is not an integer in 0..{limit}")
-    return tuple(values)  # type: ignore[arg-type]
+        checked.append(value)
+    return tuple(checked)
 
 
 def _hourly_cost(

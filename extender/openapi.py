@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import JsonSchemaMode
 
 from gpupack.extender.keys import RESOURCE_CPU, RESOURCE_GPU, RESOURCE_GPU_MILLI, RESOURCE_MEMORY, RESOURCE_MIG_PREFIX
 from gpupack.extender.wire import (
@@ -109,9 +110,9 @@ class ErrorBody(BaseModel):
     error: str = Field(alias="Error")
 
 
-def schema_of(model: type[BaseModel], mode: str = "validation") -> dict[str, Any]:
+def schema_of(model: type[BaseModel], mode: JsonSchemaMode = "validation") -> dict[str, Any]:
     """The model's JSON schema by alias, with every `$ref` inlined (no shared components needed)."""
-    schema = model.model_json_schema(by_alias=True, mode=mode)  # type: ignore[arg-type]
+    schema = model.model_json_schema(by_alias=True, mode=mode)
     definitions = schema.pop("$defs", {})
     return _inline(schema, definitions)
 

@@ -37,8 +37,9 @@ class QuantityError(GpupackError, ValueError):
         super().__init__(f"invalid quantity {value!r}: {reason}")
 
 
-def parse_quantity(value: str | int | float) -> Fraction:
-    """The exact, non-negative value of a quantity string (ints and finite floats are accepted too).
+def parse_quantity(value: object) -> Fraction:
+    """The exact, non-negative value of a quantity string (ints and finite floats are accepted too; any
+    other value raises).
 
     Raises QuantityError on anything apimachinery would reject, and on negative or absurd values.
     """
@@ -107,7 +108,7 @@ def _scaled_ceil_known(value: str | int | float, scale: int) -> int:
 
 
 def _scaled_ceil_of(value: object, scale: int) -> int:
-    result = math.ceil(parse_quantity(value) * scale)  # type: ignore[arg-type]
+    result = math.ceil(parse_quantity(value) * scale)
     if result > MAX_VALUE:
         raise QuantityError(value, "is absurdly large")
     return result

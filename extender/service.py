@@ -53,6 +53,7 @@ class NoDelayH11Protocol(H11Protocol):
     max_connections = 256
     _header_timer: asyncio.TimerHandle | None = None
 
+    # uvicorn's H11Protocol narrows asyncio's BaseTransport to Transport (with the same ignore): TCP only
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Refuse connections beyond the cap, disable Nagle's algorithm, then proceed as uvicorn does."""
         sock = transport.get_extra_info("socket")
@@ -185,7 +186,7 @@ def build_source(
 def uvicorn_config(app: object, settings: Settings, args: argparse.Namespace | None = None) -> uvicorn.Config:
     """uvicorn's config: one worker, asyncio, TCP_NODELAY, no access log, TLS when a certificate is given."""
     return uvicorn.Config(
-        app,  # type: ignore[arg-type]
+        app,  # type: ignore[arg-type]  # any object: uvicorn checks the app when it loads it
         host=settings.host,
         port=settings.port,
         workers=1,

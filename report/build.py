@@ -39,7 +39,7 @@ def build_report(
         shares: dict[str, dict[str, float]] = {}
         for pod in pods:
             shares.setdefault(pod.node, {})[pod.key] = pod.gpus
-        prices = [(name, inventory.facts[row].hourly_cost) for name, row in sorted(inventory.index.items())]  # type: ignore[union-attr]
+        prices = sorted((facts.name, facts.hourly_cost) for facts in inventory.facts if facts is not None)
         hourly = split_costs(prices, shares)
         window = split_costs(prices, shares, hours)
         pools = PoolTotals(inventory).pools()
