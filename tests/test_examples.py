@@ -15,8 +15,11 @@ EXAMPLE_POD = EXAMPLE_CLUSTER.parent / "pod.yaml"
 
 def test_the_example_cluster_comment_counts_its_nodes_gpus_and_running_pods() -> None:
     header = EXAMPLE_CLUSTER.read_text().split("\napiVersion:", 1)[0]
-    nodes_said, gpus_said = map(int, re.search(r"Nodes \((\d+), (\d+) GPUs", header).groups())  # type: ignore[union-attr]
-    running_said = int(re.search(r"Running pods \((\d+)\)", header).group(1))  # type: ignore[union-attr]
+    counts = re.search(r"Nodes \((\d+), (\d+) GPUs", header)
+    running = re.search(r"Running pods \((\d+)\)", header)
+    assert counts is not None and running is not None, header
+    nodes_said, gpus_said = map(int, counts.groups())
+    running_said = int(running.group(1))
     objects = load_cluster_objects(EXAMPLE_CLUSTER)
     facts = [facts_from_node(node) for node in objects.nodes]
     assert (nodes_said, gpus_said) == (len(facts), sum(f.gpu_count for f in facts))

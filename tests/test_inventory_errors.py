@@ -149,9 +149,9 @@ def test_profile_of_another_model_gets_no_mig(inv: Inventory) -> None:
         ({"kind": Kind.WHOLE, "gpus": 1, "allowed_products": frozenset()}, "allows no product"),
     ],
 )
-def test_bad_requests_are_request_errors(fields: dict[str, object], match: str) -> None:
+def test_bad_requests_are_request_errors(fields: dict[str, Any], match: str) -> None:
     with pytest.raises(RequestError, match=match):
-        PodRequest(**fields)  # type: ignore[arg-type]
+        PodRequest(**fields)
     assert issubclass(RequestError, ValueError)
 
 

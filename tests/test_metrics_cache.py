@@ -32,7 +32,7 @@ def counting_metrics(max_age: float, clock: Clock) -> tuple[Metrics, list[int]]:
         renders.append(1)
         return render_registry()
 
-    metrics.registry.collect = counted  # type: ignore[method-assign]
+    metrics.registry.collect = counted  # type: ignore[method-assign]  # a counting double on this registry
     return metrics, renders
 
 
@@ -71,7 +71,7 @@ def test_scrapes_during_a_render_share_it() -> None:
         release.wait(5)
         return collect()
 
-    metrics.registry.collect = slow  # type: ignore[method-assign]
+    metrics.registry.collect = slow  # type: ignore[method-assign]  # a blocking double on this registry
     texts: list[bytes] = []
     scrapers = [threading.Thread(target=lambda: texts.append(metrics.render())) for _ in range(4)]
     for scraper in scrapers:
