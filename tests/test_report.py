@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
@@ -17,6 +18,7 @@ from gpupack.report.build import build_report
 from gpupack.report.snapshot import read_cluster_file, report_settings
 from gpupack.scoring.cost import apportion, split_costs, to_cents
 from gpupack.scoring.facts import GpuSlot, Placement
+from gpupack.scoring.inventory import Inventory
 from gpupack.scoring.pools import PoolKey, PoolTotals
 from tests.extender_helpers import EXAMPLE_CLUSTER, ROOT, node, pod, state_from, write_cluster
 
@@ -149,7 +151,12 @@ def test_pool_totals_recompute_only_changed_nodes(monkeypatch: pytest.MonkeyPatc
     totals = PoolTotals(state.inventory)
     recomputed: list[int] = []
     real = pools.node_figures
-    monkeypatch.setattr(pools, "node_figures", lambda inv, rows: recomputed.append(rows.size) or real(inv, rows))
+
+    def counting(inv: Inventory, rows: np.ndarray) -> object:
+        recomputed.append(rows.size)
+        return real(inv, rows)
+
+    monkeypatch.setattr(pools, "node_figures", counting)
     totals.pools()
     state.inventory.commit(Placement("n7", (GpuSlot(1),)))
     totals.pools()
