@@ -343,8 +343,9 @@ def equal_risk_rows(section: Section, table: Table, spot: Sequence[Result], rati
         med = {k: median(float(run[k]) for run in runs_of) for k in (  # type: ignore[index]
             "alloc_pct", "busy_nodes", "busy_cost_per_hour", "cluster_cost_per_hour", "firm_pods_on_spot_pct",
             "flexible_gpus_on_spot_pct")}  # fmt: skip
-        table.add(ratio, str(policy), med["alloc_pct"], med["busy_nodes"], med["busy_cost_per_hour"],
-                  round(100 * med["busy_cost_per_hour"] / med["cluster_cost_per_hour"], 2),
+        busy, cluster = med["busy_cost_per_hour"], med["cluster_cost_per_hour"]
+        busy_share = round(100 * busy / cluster, 2) if busy is not None and cluster is not None else None
+        table.add(ratio, str(policy), med["alloc_pct"], med["busy_nodes"], busy, busy_share,
                   med["firm_pods_on_spot_pct"], med["flexible_gpus_on_spot_pct"])  # fmt: skip
     rivals = [name for name in (CONTENDER, *BASELINES_AT_ZERO_RISK) if name in busy_cost]
     if CONTENDER in rivals:
