@@ -449,7 +449,8 @@ def pair_score(link_a, numa_a, base, a, b):
 
 @helper
 def best_gpu_set(link_a, numa_a, base, count, free_mask, k, out, free_idx, pairs):
-    """Best-connected k-subset of `free_mask`; ties: fewest links cut to the GPUs left free, then lowest.
+    """Best-connected k-subset of `free_mask`: the highest affinity; on ties, a set whose every pair is
+    NVLinked (#15), then the fewest links cut to the GPUs left free, then the lowest.
 
     Writes the chosen local indices to `out` and returns the set's affinity score; `free_idx`
     (MAX_GPUS) and `pairs` (MAX_GPUS * MAX_GPUS) are scratch.
@@ -466,6 +467,7 @@ def best_gpu_set(link_a, numa_a, base, count, free_mask, k, out, free_idx, pairs
     best = -1
     best_score = -1
     best_cut = 0
+    best_linked = False
     if k == 1:
         for a in range(nfree):
             cut = 0
@@ -484,6 +486,7 @@ def best_gpu_set(link_a, numa_a, base, count, free_mask, k, out, free_idx, pairs
         while sub < limit:
             score = 0
             cut = 0
+            linked = True  # every pair of the set NVLinked
             for a in range(nfree):
                 if sub & (1 << a):
                     for b in range(nfree):
@@ -491,12 +494,17 @@ def best_gpu_set(link_a, numa_a, base, count, free_mask, k, out, free_idx, pairs
                             if sub & (1 << b):
                                 if b > a:
                                     score += pairs[a * MAX_GPUS + b]
+                                    if link_a[(base + free_idx[a]) * MAX_GPUS + free_idx[b]] == 0:
+                                        linked = False
                             else:
                                 cut += pairs[a * MAX_GPUS + b]
-            if score > best_score or (score == best_score and cut < best_cut):
+            if score > best_score or (
+                score == best_score and ((linked and not best_linked) or (linked == best_linked and cut < best_cut))
+            ):
                 best = sub
                 best_score = score
                 best_cut = cut
+                best_linked = linked
             lowest = sub & -sub
             ripple = sub + lowest
             sub = (((ripple ^ sub) >> 2) // lowest) | ripple

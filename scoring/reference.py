@@ -317,16 +317,19 @@ def pair_score(node: Node, a: int, b: int) -> int:
 def best_gpu_set(node: Node, free: Sequence[int], size: int) -> tuple[tuple[int, ...], int]:
     """The best-connected `size`-subset of the GPUs `free` and its affinity score.
 
-    Highest total pair score; then fewest links cut to the GPUs left free; then the subset with
-    the smallest bitmask (the kernel enumerates subsets in increasing bitmask order).
+    Highest total pair score; then a subset whose every pair is NVLinked (#15); then fewest links cut
+    to the GPUs left free; then the subset with the smallest bitmask (the kernel enumerates subsets in
+    increasing bitmask order).
     """
     free_set = set(free)
 
-    def key(subset: tuple[int, ...]) -> tuple[int, int, int]:
+    def key(subset: tuple[int, ...]) -> tuple[int, bool, int, int]:
         inside = set(subset)
-        score = sum(pair_score(node, a, b) for a, b in itertools.combinations(subset, 2))
+        pairs = list(itertools.combinations(subset, 2))
+        score = sum(pair_score(node, a, b) for a, b in pairs)
+        all_linked = all(node.links[a][b] > 0 for a, b in pairs)
         cut = sum(pair_score(node, a, b) for a in subset for b in free_set - inside)
-        return (-score, cut, sum(1 << j for j in subset))
+        return (-score, not all_linked, cut, sum(1 << j for j in subset))
 
     best = min(itertools.combinations(sorted(free_set), size), key=key)
     return best, -key(best)[0]

@@ -233,6 +233,36 @@ def test_quad_survives_a_one_gpu_pod() -> None:
     assert quad in QUADS and not quad & single
 
 
+def cube_mesh() -> NodeFacts:
+    """A DGX-1-style cube mesh: quads 0-3 and 4-7 fully linked, plus i <-> i+4 (two links each), one NUMA
+    node. With GPU 0 taken, the free quad 4-7 and a set such as {1, 2, 5, 6} (four links, two of them
+    double) have the same link count and the same affinity."""
+    matrix = [[0] * 8 for _ in range(8)]
+    for quad in QUADS:
+        for a, b in itertools.combinations(sorted(quad), 2):
+            matrix[a][b] = matrix[b][a] = 1
+    for i in range(4):
+        matrix[i][i + 4] = matrix[i + 4][i] = 2
+    return node("cube", "Tesla-V100-SXM2-32GB", 8, nvlink=tuple(tuple(row) for row in matrix))
+
+
+@pytest.mark.parametrize(
+    "policy", [gpupack(), baseline("kube-default", topology_sets=True)], ids=["gpupack", "kube-default+sets"]
+)
+def test_on_a_tie_the_set_whose_every_pair_is_nvlinked_wins(policy: PolicySpec) -> None:
+    """#15 item 4: among GPU sets of equal affinity, the fully NVLinked one (kernel and reference both)."""
+    cluster = Cluster(cube_mesh(), policy=policy)
+    cluster.inventory.commit(Placement("cube", (GpuSlot(0),)))
+    links = cluster.inventory.facts[0].nvlink
+    assert links is not None
+    affinity = {
+        gpus: sum(100 * links[a][b] + 20 for a, b in itertools.combinations(gpus, 2))
+        for gpus in ((4, 5, 6, 7), (1, 2, 5, 6))
+    }
+    assert affinity[(4, 5, 6, 7)] == affinity[(1, 2, 5, 6)]  # the tie the rule breaks
+    assert gpus_of(cluster.place(whole(4))) == {4, 5, 6, 7}
+
+
 # ----------------------------------------------------------------------------- spot
 
 
