@@ -196,9 +196,9 @@ class Decider:
             bound = self.ledger.bound(uid)
             if bound is not None:
                 reason = f"pod is already bound to {bound.node}"
-                names = self.inventory.names
-                bound_reasons = {names[row]: reason for row in np.flatnonzero(known).tolist()}
-                return answer(None, {}, {**unresolvable, **bound_reasons})  # type: ignore[dict-item]
+                rows = np.flatnonzero(known).tolist()
+                bound_reasons = {name: reason for row in rows if (name := self.inventory.names[row]) is not None}
+                return answer(None, {}, {**unresolvable, **bound_reasons})
             reservation = self.book.get(uid)
             if reservation is not None:
                 row = self.inventory.index.get(reservation.node)
@@ -207,6 +207,7 @@ class Decider:
                     return answer(reservation.node, self._failed_nodes(known, row, None), unresolvable)
                 self.ledger.release(self.book.forget(uid, Ended.NOT_A_CANDIDATE))
             decision = self.engine.decide(request, known)
+            unresolvable.update(decision.unresolvable())  # what the nodes lack: no preemption helps (#18)
             placement = decision.placement
             if placement is None:
                 failed = self._failed_nodes(known, -1, decision)
@@ -285,7 +286,8 @@ class Decider:
         except RequestError as exc:
             return Evaluation(None, None, dict.fromkeys(_names(candidates), str(exc)), str(exc))
         known, unresolvable = self._split(candidates)
-        return Evaluation(request, self.engine.decide(request, known), unresolvable)
+        decision = self.engine.decide(request, known)
+        return Evaluation(request, decision, {**unresolvable, **decision.unresolvable()})
 
     def _log(self, key: str, placement: Placement | None, score: float | None, started: float, n: int) -> None:
         fields = {
