@@ -22,7 +22,7 @@ SUMMARY_COLUMNS = (
 
 def summary_value(result: Result, key: str) -> float | None:
     """One number of a churn run's summary (None when absent)."""
-    value = run_of(result)["summary"].get(key)  # type: ignore[attr-defined]
+    value = run_of(result)["summary"].get(key)
     return None if value is None else float(value)
 
 
@@ -33,14 +33,14 @@ def churn_section(results: Sequence[Result], policies: Sequence[str], out: Path)
     present = [p for p in policies if by.get((p,))]
     if not present:
         return section
-    placeable = [k for k in run_of(by[(present[0],)][0])["summary"] if k.startswith("placeable_")]  # type: ignore[attr-defined]
+    placeable = [k for k in run_of(by[(present[0],)][0])["summary"] if k.startswith("placeable_")]
     table = Table(["policy", "pods (median)", *[label for _, label in SUMMARY_COLUMNS],
                    *[f"{_profile(k)} placeable % of time" for k in placeable]])  # fmt: skip
     for policy in present:
         runs = by[(policy,)]
         table.add(
             policy,
-            median(float(run_of(r)["pods_submitted"]) for r in runs),  # type: ignore[arg-type]
+            median(float(run_of(r)["pods_submitted"]) for r in runs),
             *[median(summary_value(r, key) for r in runs) for key, _ in SUMMARY_COLUMNS],
             *[median(summary_value(r, key) for r in runs) for key in placeable],
         )
@@ -90,7 +90,7 @@ def _by_profile_table(by: dict[tuple[object, ...], list[Result]], policies: Sequ
         runs = by[(policy,)]
         totals: dict[str, int] = defaultdict(int)
         for r in runs:
-            for profile, count in run_of(r)["rejected_by_profile"].items():  # type: ignore[attr-defined]
+            for profile, count in run_of(r)["rejected_by_profile"].items():
                 totals[profile] += count
         means[policy] = {profile: round(count / len(runs), 1) for profile, count in totals.items()}
     profiles = sorted({p for m in means.values() for p in m}, key=_size_order)

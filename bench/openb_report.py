@@ -147,9 +147,9 @@ def _seconds_table(
             table.add(
                 policy,
                 len(runs),
-                round(statistics.mean(float(r["seconds"]) for r in runs), 2),  # type: ignore[arg-type]
-                round(statistics.mean(float(r.get("cpu_seconds", 0.0)) for r in runs), 2),  # type: ignore[arg-type]
-                round(statistics.mean(int(r["pods_submitted"]) for r in runs)),  # type: ignore[call-overload]
+                round(statistics.mean(float(r["seconds"]) for r in runs), 2),
+                round(statistics.mean(float(r.get("cpu_seconds", 0.0)) for r in runs), 2),
+                round(statistics.mean(int(r["pods_submitted"]) for r in runs)),
             )
     return table
 

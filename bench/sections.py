@@ -13,12 +13,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from gpupack.bench import plots
 from gpupack.bench.markdown import Table
 from gpupack.bench.paired import PerSeed, paired
 
-Result = Mapping[str, object]
+Result = Mapping[str, Any]  # one run's results as JSON gives them back: values untyped, as from json.loads
 
 
 @dataclass
@@ -47,7 +48,7 @@ def median(values: Iterable[float | None]) -> float | None:
     return round(statistics.median(present), 2) if present else None
 
 
-def run_of(result: Result) -> dict[str, object]:
+def run_of(result: Result) -> dict[str, Any]:
     run = result["run"]
     assert isinstance(run, dict)
     return run
@@ -56,7 +57,7 @@ def run_of(result: Result) -> dict[str, object]:
 def alloc_at_100(result: Result) -> float | None:
     """Allocation % at arrived 100 % (None when the run never got there)."""
     value = run_of(result)["alloc_pct_at_100"]
-    return float(value) if value is not None else None  # type: ignore[arg-type]
+    return float(value) if value is not None else None
 
 
 def alloc_at_end(result: Result) -> float:
@@ -69,7 +70,7 @@ def alloc_at_end(result: Result) -> float:
 def group(results: Iterable[Result], *keys: str) -> dict[tuple[object, ...], list[Result]]:
     """Results grouped by the values of `keys`, seeds in ascending order."""
     out: dict[tuple[object, ...], list[Result]] = defaultdict(list)
-    for r in sorted(results, key=lambda r: int(r["seed"])):  # type: ignore[call-overload]
+    for r in sorted(results, key=lambda r: int(r["seed"])):
         out[tuple(r[k] for k in keys)].append(r)
     return out
 
@@ -87,7 +88,7 @@ def medians(values: Mapping[str, PerSeed]) -> dict[str, float]:
 
 def per_seed(results: Iterable[Result], value: Callable[[Result], float | None]) -> dict[int, float | None]:
     """`value` of each run, by seed (what `compare` pairs)."""
-    return {int(r["seed"]): value(r) for r in results}  # type: ignore[call-overload]
+    return {int(r["seed"]): value(r) for r in results}
 
 
 def compare(
@@ -146,19 +147,19 @@ def mig_section(results: Sequence[Result], labels: Sequence[str], out: Path) -> 
         if not runs:
             continue
         alloc[label] = per_seed(runs, alloc_at_100)
-        stranded[label] = per_seed(runs, lambda r: r["stranding"]["stranded_pct"])  # type: ignore[index]
+        stranded[label] = per_seed(runs, lambda r: r["stranding"]["stranded_pct"])
         strand = [r["stranding"] for r in runs]
         table.add(
             label,
             median(alloc[label].values()),
-            median(int(run_of(r)["pods_submitted"]) - int(run_of(r)["pods_scheduled"]) for r in runs),  # type: ignore[call-overload]
-            median(s["with_free_slices"] for s in strand),  # type: ignore[index]
-            median(s["stranded"] for s in strand),  # type: ignore[index]
+            median(int(run_of(r)["pods_submitted"]) - int(run_of(r)["pods_scheduled"]) for r in runs),
+            median(s["with_free_slices"] for s in strand),
+            median(s["stranded"] for s in strand),
             median(stranded[label].values()),
         )
         totals: dict[str, int] = defaultdict(int)
         for r in runs:
-            for profile, count in r["failed_by_profile"].items():  # type: ignore[attr-defined]
+            for profile, count in r["failed_by_profile"].items():
                 totals[profile] += count
         failed[label] = {p: round(c / len(runs), 1) for p, c in totals.items()}
     profiles = sorted({p for f in failed.values() for p in f}, key=_profile_order)
@@ -193,7 +194,7 @@ def mig_section(results: Sequence[Result], labels: Sequence[str], out: Path) -> 
     firsts = {label: by[(label,)][0] for label in labels if by.get((label,))}
     grids = {label: first["occupancy"] for label, first in firsts.items() if "occupancy" in first}
     if grids:
-        plots.mig_occupancy(grids, out / "mig_occupancy.png", "MIG slot occupancy of a sample of partitioned GPUs")  # type: ignore[arg-type]
+        plots.mig_occupancy(grids, out / "mig_occupancy.png", "MIG slot occupancy of a sample of partitioned GPUs")
         section.plots.append("mig_occupancy.png")
     section.data["runs"] = {label: [slim(run_of(r), i == 0) for i, r in enumerate(by[(label,)])] for (label,) in by}
     return section
@@ -224,12 +225,12 @@ def nvlink_section(results: Sequence[Result], policies: Sequence[str], out: Path
         if not runs:
             continue
         metrics["alloc"][policy] = per_seed(runs, alloc_at_100)
-        metrics["linked"][policy] = per_seed(runs, lambda r: r["links"]["all_nvlinked_pct"])  # type: ignore[index]
-        metrics["score"][policy] = per_seed(runs, lambda r: r["links"]["mean_link_score_vs_best_pct"])  # type: ignore[index]
+        metrics["linked"][policy] = per_seed(runs, lambda r: r["links"]["all_nvlinked_pct"])
+        metrics["score"][policy] = per_seed(runs, lambda r: r["links"]["mean_link_score_vs_best_pct"])
         table.add(
             policy,
             median(metrics["alloc"][policy].values()),
-            median(r["links"]["multi_gpu_pods"] for r in runs),  # type: ignore[index]
+            median(r["links"]["multi_gpu_pods"] for r in runs),
             median(metrics["linked"][policy].values()),
             median(metrics["score"][policy].values()),
         )
@@ -338,9 +339,9 @@ def equal_risk_rows(section: Section, table: Table, spot: Sequence[Result], rati
     alloc: dict[str, PerSeed] = {}
     for (policy,), runs in by.items():
         runs_of = [r["cost_spot"] for r in runs]
-        busy_cost[str(policy)] = per_seed(runs, lambda r: r["cost_spot"]["busy_cost_per_hour"])  # type: ignore[index]
-        alloc[str(policy)] = per_seed(runs, lambda r: r["cost_spot"]["alloc_pct"])  # type: ignore[index]
-        med = {k: median(float(run[k]) for run in runs_of) for k in (  # type: ignore[index]
+        busy_cost[str(policy)] = per_seed(runs, lambda r: r["cost_spot"]["busy_cost_per_hour"])
+        alloc[str(policy)] = per_seed(runs, lambda r: r["cost_spot"]["alloc_pct"])
+        med = {k: median(float(run[k]) for run in runs_of) for k in (
             "alloc_pct", "busy_nodes", "busy_cost_per_hour", "cluster_cost_per_hour", "firm_pods_on_spot_pct",
             "flexible_gpus_on_spot_pct")}  # fmt: skip
         busy, cluster = med["busy_cost_per_hour"], med["cluster_cost_per_hour"]
