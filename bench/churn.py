@@ -112,9 +112,9 @@ class ChurnResult:
     def rejected(self) -> int:
         return sum(self.rejected_by_profile.values())
 
-    def summary(self) -> dict[str, object]:
+    def summary(self) -> dict[str, float]:
         """Means over the samples and the totals of the measured part."""
-        out: dict[str, object] = {"rejected": self.rejected, "rejected_pct": _pct(self.rejected, self.pods_submitted)}
+        out: dict[str, float] = {"rejected": self.rejected, "rejected_pct": _pct(self.rejected, self.pods_submitted)}
         if self.samples:
             out["mean_in_use_pct"] = _mean(s["in_use_pct"] for s in self.samples)
             out["mean_stranded_gpus"] = _mean(s["stranded_gpus"] for s in self.samples)

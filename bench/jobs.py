@@ -59,9 +59,9 @@ def prefix_to_arrived(order: list[TracePod], nodes: list[NodeFacts], pct: float)
     return order
 
 
-def _base(job: object, result: RunResult, extra: dict[str, object]) -> dict[str, object]:
+def _base(job: Job, result: RunResult, extra: dict[str, object]) -> dict[str, object]:
     """The job's fields (but its input folder), the run as `simulate --json` reports it, and `extra`."""
-    fields = {k: v for k, v in asdict(job).items() if k != "traces_dir"}  # type: ignore[call-overload]
+    fields = {k: v for k, v in asdict(job).items() if k != "traces_dir"}
     return {**fields, "run": result.to_json(with_placements=False), **extra}
 
 

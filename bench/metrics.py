@@ -188,7 +188,8 @@ def occupancy_grid(inventory: Inventory, placements: Iterable[Placement], sample
             cells = used.setdefault((row, slot.index), [FREE] * 8)
             if slot.mig:
                 family = inventory.models[int(inventory.node_model[row])].mig_family
-                size = int(SHAPE_SIZE[resolve_profile(family, slot.mig)[0]])  # type: ignore[arg-type]
+                assert family is not None  # a MIG slot was placed on this model
+                size = int(SHAPE_SIZE[resolve_profile(family, slot.mig)[0]])
                 cells[slot.start : slot.start + size] = [slot.mig] * size
             else:
                 cells[:] = [WHOLE] * 8

@@ -83,8 +83,8 @@ class Paired:
 
 def paired(mine: PerSeed, theirs: PerSeed, higher_is_better: bool) -> Paired:
     """Compare gpupack's per-seed values with a baseline's on the seeds both have."""
-    seeds = sorted(s for s in mine if mine[s] is not None and theirs.get(s) is not None)
-    diffs = tuple(float(mine[s]) - float(theirs[s]) for s in seeds)  # type: ignore[arg-type]
+    both = [(m, t) for s in sorted(mine) if (m := mine[s]) is not None and (t := theirs.get(s)) is not None]
+    diffs = tuple(float(m) - float(t) for m, t in both)
     gains = [d if higher_is_better else -d for d in diffs]
     wins = sum(1 for g in gains if g >= EQUAL)
     losses = sum(1 for g in gains if g <= -EQUAL)

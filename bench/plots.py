@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import matplotlib
 
@@ -245,14 +245,14 @@ def _slot_order(label: str) -> tuple[int, str]:
     return (int(head), label) if head.isdigit() else (99, label)
 
 
-def speed_lines(rows: Sequence[Mapping[str, object]], path: str | Path, title: str = "") -> Path:
+def speed_lines(rows: Sequence[Mapping[str, Any]], path: str | Path, title: str = "") -> Path:
     """Kernel ms per decision against node count: numba and reference, one line per policy, log y."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for policy in dict.fromkeys(str(r["policy"]) for r in rows):
         mine = [r for r in rows if r["policy"] == policy]
-        xs = [int(r["nodes"]) for r in mine]  # type: ignore[call-overload]
+        xs = [int(r["nodes"]) for r in mine]
         for key, style in (("numba_ms", "-o"), ("reference_ms", "--s")):
-            ax.plot(xs, [float(r[key]) for r in mine], style, label=f"{policy} {key.removesuffix('_ms')}")  # type: ignore[arg-type]
+            ax.plot(xs, [float(r[key]) for r in mine], style, label=f"{policy} {key.removesuffix('_ms')}")
     ax.set_yscale("log")
     ax.set_xlabel("nodes (8 GPUs each)")
     ax.set_ylabel("ms per decision")

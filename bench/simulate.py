@@ -341,7 +341,7 @@ def _simulate_churn(trace: Trace, policy_name: str, seeds: list[int], config: Ch
             "unallocated_pct_at_100": None,
             "unallocated_pct_at_130": None,
             "rejected": statistics.median(r.rejected for r in runs),
-            "rejected_pct": statistics.median(float(r.summary()["rejected_pct"]) for r in runs),  # type: ignore[arg-type]
+            "rejected_pct": statistics.median(r.summary()["rejected_pct"] for r in runs),
         },
         "pods_per_second": round(sum(r.pods_submitted for r in runs) / max(time.perf_counter() - started, 1e-9), 1),
         "seconds": round(time.perf_counter() - started, 3),
