@@ -23,12 +23,12 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import orjson
 
-from gpupack.bench import speed
+from gpupack.bench import job_cache, speed
 from gpupack.bench.churn_report import churn_section
 from gpupack.bench.cost import ZERO_RISK
 from gpupack.bench.jobs import ChurnJob, CostJob, CostSpotJob, Job, MigJob, NvlinkJob, OpenbJob, run_job
@@ -73,6 +73,8 @@ COST_POLICIES = ("gpupack", "gpupack[spot_avoid=0]", "kube-default", "best-fit")
 # fgd (given the mix in advance) as a reference; the goal is fewer rejections than the three baselines
 CHURN_POLICIES = ("gpupack", "first-fit", "best-fit", "kube-default", "fgd")
 SLOW_POLICIES = ("gpupack", "fgd")  # scheduled first so the pool ends evenly
+SECTIONS = ("openb", "churn", "mig", "nvlink", "cost", "speed")
+SCENARIO_SECTION = {"cost-spot": "cost"}  # job scenario -> report section, where they differ
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,8 @@ class BenchConfig:
     http_requests: int = 1000  # p99 then rests on the 10 slowest, not 3
     workers: int = 2
     update_readme: bool = False
+    sections: tuple[str, ...] = SECTIONS  # `--only`: the others are not run, and the report says so
+    cache_dir: str | None = None  # `--cache`: finished jobs kept there (bench.job_cache)
 
 
 def default_traces_dir() -> Path:
@@ -168,29 +172,57 @@ def build_jobs(config: BenchConfig) -> list[Job]:
         jobs += [  # the same cluster with the spot practice of bench.cost: cost at equal risk (#16)
             CostSpotJob(t, policy, seed, ratio, config.scale) for ratio in config.cost_ratios for policy in ZERO_RISK
         ]
+    jobs = [j for j in jobs if SCENARIO_SECTION.get(j.scenario, j.scenario) in config.sections]
     return sorted(jobs, key=lambda j: (j.policy not in SLOW_POLICIES, j.scenario != "openb"))
 
 
 def run_jobs(
-    jobs: Sequence[Job], workers: int, progress: Callable[[int, int], None] | None = None
+    jobs: Sequence[Job],
+    workers: int,
+    progress: Callable[[int, int], None] | None = None,
+    cache: Path | None = None,
 ) -> list[dict[str, object]]:
-    """Run every job, in a process pool of `workers` (inline when 1); results in job order."""
+    """Run every job, in a process pool of `workers` (inline when 1); results in job order. With `cache`,
+    jobs finished there before are read back, and every new one is kept there as soon as it ends."""
+    if cache is None:
+        return _run_all(jobs, workers, progress)
+    kept = [job_cache.load(cache, job) for job in jobs]
+    todo = [job for job, result in zip(jobs, kept, strict=True) if result is None]
+
+    def keep(done: int, total: int, job: Job, result: dict[str, object]) -> None:
+        job_cache.store(cache, job, result)
+        if progress:
+            progress(len(jobs) - total + done, len(jobs))
+
+    fresh = iter(_run_all(todo, workers, None, keep))
+    return [result if result is not None else next(fresh) for result in kept]
+
+
+def _run_all(
+    jobs: Sequence[Job],
+    workers: int,
+    progress: Callable[[int, int], None] | None = None,
+    each: Callable[[int, int, Job, dict[str, object]], None] | None = None,
+) -> list[dict[str, object]]:
+    """`run_jobs` without a cache; `each(done, total, job, result)` sees every result as it is collected."""
+    if each is None and progress is not None:
+        each = lambda done, total, _job, _result: progress(done, total)  # noqa: E731
     if workers <= 1:
         results = []
         for i, job in enumerate(jobs):
             results.append(run_job(job))
-            if progress:
-                progress(i + 1, len(jobs))
+            if each:
+                each(i + 1, len(jobs), job, results[-1])
         return results
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         futures = [pool.submit(run_job, job) for job in jobs]
         results = []
-        for i, future in enumerate(futures):
+        for i, (job, future) in enumerate(zip(jobs, futures, strict=True)):
             results.append(future.result())
-            if progress:
-                progress(i + 1, len(jobs))
+            if each:
+                each(i + 1, len(jobs), job, results[-1])
         return results
 
 
@@ -215,6 +247,15 @@ def machine() -> dict[str, object]:
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = "unknown"
+    try:
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True,
+            timeout=10, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        changed = ""
+    if changed:
+        commit += f" (+ uncommitted changes in {len(changed.splitlines())} files of the working tree)"
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
@@ -235,6 +276,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpupack bench: openb trace not found in {traces} (set {TRACES_ENV})", file=sys.stderr)
         return 2
     config = quick_config(traces) if args.quick else full_config(traces)
+    only = tuple(name for name in (getattr(args, "only", None) or "").split(",") if name)
+    unknown = sorted(set(only) - set(SECTIONS))
+    if unknown:
+        print(f"gpupack bench: unknown section {unknown[0]!r}; choose from {', '.join(SECTIONS)}", file=sys.stderr)
+        return 2
+    config = replace(config, sections=only or config.sections, cache_dir=getattr(args, "cache", None))
+    policies = tuple(name for name in (getattr(args, "policies", None) or "").split(",") if name)
+    if policies:
+        config = replace(config, openb_policies=policies)
     out = output_folder(args)
     started = time.perf_counter()
     run_report(config, out, log=lambda text: print(text, file=sys.stderr, flush=True))
@@ -281,30 +331,38 @@ def run_report(config: BenchConfig, out: Path, log: Callable[[str], None] = lamb
     started = time.perf_counter()
     jobs = build_jobs(config)
     log(f"bench {config.label}: {len(jobs)} simulation runs on {config.workers} workers")
-    results = run_jobs(jobs, config.workers, lambda done, total: log(f"  runs done: {done}/{total}"))
+    cache = Path(config.cache_dir) if config.cache_dir else None
+    cached = sum(job_cache.load(cache, job) is not None for job in jobs) if cache else 0
+    results = run_jobs(jobs, config.workers, lambda done, total: log(f"  runs done: {done}/{total}"), cache)
     sim_seconds = time.perf_counter() - started
     by_scenario: dict[str, list[dict[str, object]]] = {}
     for r in results:
         by_scenario.setdefault(str(r["scenario"]), []).append(r)
-    sections = {
-        "openb": openb_section(by_scenario.get("openb", []), config.openb_traces, config.openb_policies, out),
-        "churn": churn_section(by_scenario.get("churn", []), CHURN_POLICIES, out),
-        "mig": mig_section(by_scenario.get("mig", []), [label for label, _, _ in MIG_RUNS], out),
-        "nvlink": nvlink_section(by_scenario.get("nvlink", []), NVLINK_POLICIES, out),
-        "cost": cost_section(
+    build = {
+        "openb": lambda: openb_section(
+            by_scenario.get("openb", []), config.openb_traces, config.openb_policies, out
+        ),
+        "churn": lambda: churn_section(by_scenario.get("churn", []), CHURN_POLICIES, out),
+        "mig": lambda: mig_section(by_scenario.get("mig", []), [label for label, _, _ in MIG_RUNS], out),
+        "nvlink": lambda: nvlink_section(by_scenario.get("nvlink", []), NVLINK_POLICIES, out),
+        "cost": lambda: cost_section(
             by_scenario.get("cost", []), COST_POLICIES, config.cost_ratios, out, by_scenario.get("cost-spot", [])
         ),
     }
-    log("speed: kernel")
+    sections = {name: make() for name, make in build.items() if name in config.sections}
     speed_started = time.perf_counter()
-    kernel = speed.kernel_times(config.kernel_nodes, config.kernel_calls, config.reference_calls)
-    log("speed: HTTP")
-    http = speed.http_latency(config.http_nodes, config.http_requests)
-    sections["speed"] = speed_section(kernel, http, out)
+    if "speed" in config.sections:
+        log("speed: kernel")
+        kernel = speed.kernel_times(config.kernel_nodes, config.kernel_calls, config.reference_calls)
+        log("speed: HTTP")
+        http = speed.http_latency(config.http_nodes, config.http_requests)
+        sections["speed"] = speed_section(kernel, http, out)
     info = machine()
     info.update(
         {
             "simulation_seconds": round(sim_seconds, 1),
+            "simulation_runs": len(jobs),
+            "runs_from_cache": cached,
             "speed_seconds": round(time.perf_counter() - speed_started, 1),
             "total_seconds": round(time.perf_counter() - started, 1),
         }
@@ -324,7 +382,7 @@ def run_report(config: BenchConfig, out: Path, log: Callable[[str], None] = lamb
     (out / "results.json").write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
     text = render(asdict(config), info, sections, clusters) + soak_text(out, ROOT)
     (out / "REPORT.md").write_text(text, encoding="utf-8")
-    if config.update_readme:
+    if config.update_readme and "openb" in sections:
         link = _relative_link(out / "REPORT.md")
         stamp = f"({info['date']}, commit `{str(info['commit'])[:12]}`.)"
         block = readme_block(sections["openb"], link, seeds_text(config.openb_seeds), stamp)

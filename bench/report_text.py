@@ -21,6 +21,14 @@ from gpupack.bench.paired import SIGNIFICANCE
 from gpupack.bench.sections import Section
 
 Config = Mapping[str, object]
+HEADINGS = {
+    "openb": "## 1. openb (Alibaba GPU traces, FGD protocol)",
+    "churn": "## 2. MIG with churn (pods arrive and complete)",
+    "mig": "## 3. MIG, no departures (dynamic MIG vs static partitions)",
+    "nvlink": "## 4. NVLink (multi-GPU sets)",
+    "cost": "## 5. Cost (on-demand and spot)",
+    "speed": "## 6. Speed",
+}
 Clusters = Mapping[str, Sequence[Mapping[str, object]]]
 
 
@@ -60,15 +68,25 @@ def render(config: Config, info: Mapping[str, object], sections: Mapping[str, Se
         f"(the ones where it is better are listed at the end). Each pairs the two policies seed by seed (same "
         f"submission order); it is called better or worse only when the sign test over the seeds gives "
         f"p < {SIGNIFICANCE}, otherwise it is a tie (`bench.paired`).\n\n" + bullet_list(not_better),
-        _openb(config, sections["openb"]),
-        _churn(sections["churn"], clusters["churn"]),
-        _mig(sections["mig"], clusters["mig"]),
-        _nvlink(sections["nvlink"], clusters["nvlink"]),
-        _cost(sections["cost"], clusters["cost"]),
-        _speed(config, sections["speed"]),
+        *[_body(name, config, sections, clusters) for name in HEADINGS],
         "## Where gpupack is better than a baseline\n\n" + bullet_list(better),
     ]
     return "\n\n".join(parts) + "\n"
+
+
+def _body(name: str, config: Config, sections: Mapping[str, Section], clusters: Clusters) -> str:
+    """Section `name`, or a line saying it was not run (`gpupack bench --only`)."""
+    if name not in sections:
+        ran = ",".join(n for n in HEADINGS if n in sections)
+        return (f"{HEADINGS[name]}\n\nNot run in this run (`gpupack bench --only {ran}`); the last report that "
+                "ran it is in this file's git history.")  # fmt: skip
+    section = sections[name]
+    if name == "openb":
+        return _openb(config, section)
+    if name == "speed":
+        return _speed(config, section)
+    body = {"churn": _churn, "mig": _mig, "nvlink": _nvlink, "cost": _cost}[name]
+    return body(section, clusters[name])
 
 
 def _header(config: Config, info: Mapping[str, object]) -> str:
@@ -77,7 +95,9 @@ def _header(config: Config, info: Mapping[str, object]) -> str:
         f"- date: {info['date']}; commit `{info['commit']}`\n"
         f"- machine: {info['cpu']}, {info['cores']} cores, {info['ram_gib']} GiB RAM, Python {info['python']}\n"
         f"- wall time: simulations {info['simulation_seconds']} s on {config['workers']} worker processes, "
-        f"speed benchmarks {info['speed_seconds']} s, total {info['total_seconds']} s\n"
+        f"speed benchmarks {info['speed_seconds']} s, total {info['total_seconds']} s; "
+        f"{info.get('runs_from_cache', 0)} of {info.get('simulation_runs', '?')} simulation runs read back from "
+        "a cache of earlier runs of the same code (`--cache`)\n"
         f"- seeds: openb {seeds_text(config['openb_seeds'])}; "  # type: ignore[arg-type]
         f"churn / MIG / NVLink / cost {seeds_text(config['scenario_seeds'])}; "  # type: ignore[arg-type]
         f"scenario clusters at {config['scale']} x their full node counts\n"
@@ -89,7 +109,7 @@ def _header(config: Config, info: Mapping[str, object]) -> str:
 def _openb(config: Config, openb: Section) -> str:
     limit = config["openb_node_limit"]
     return (
-        "## 1. openb (Alibaba GPU traces, FGD protocol)\n\n"
+        f"{HEADINGS['openb']}\n\n"
         "Cluster: `openb_node_list_gpu_node.csv`" + (f" (first {limit} nodes only)" if limit else "") + "; "
         "every pod list of the trace folder. Protocol `fgd`: shuffle with the seed, inflate to 130 % of GPU "
         "capacity, submit one pod at a time, drop failures. Cells: unallocated GPU % at arrived = 100 % (lower "
@@ -116,7 +136,7 @@ def _churn(churn: Section, cluster: Sequence[Mapping[str, object]]) -> str:
         f"{round(100 * share)} % ask for {'/'.join(FAMILY_PROFILES[f].values())}" for f, share in FAMILY_SHARE.items()
     )
     return (
-        "## 2. MIG with churn (pods arrive and complete)\n\n"
+        f"{HEADINGS['churn']}\n\n"
         "Cluster (dynamic MIG on every GPU):\n\n" + cluster_table(cluster).markdown() + "\n\n"
         f"Workload (`bench.churn`, protocol `churn`): inference-style MIG pods, by compute size {sizes}; "
         f"{families} (80 GB profiles run on A100 and H100, the others on H200). Poisson arrivals; exponential "
@@ -133,7 +153,7 @@ def _churn(churn: Section, cluster: Sequence[Mapping[str, object]]) -> str:
 
 def _mig(mig: Section, cluster: Sequence[Mapping[str, object]]) -> str:
     return (
-        "## 3. MIG, no departures (dynamic MIG vs static partitions)\n\n"
+        f"{HEADINGS['mig']}\n\n"
         "Cluster (dynamic MIG on every MIG-capable GPU):\n\n" + cluster_table(cluster).markdown() + "\n\n"
         "Workload: the openb default trace, fgd protocol (ordered and inflated by the trace's milli demand), each "
         "share turned into the smallest 80 GB-family profile with ≥ ⌈milli × 7 / 1000⌉ compute slices "
@@ -150,7 +170,7 @@ def _mig(mig: Section, cluster: Sequence[Mapping[str, object]]) -> str:
 
 def _nvlink(nvlink: Section, cluster: Sequence[Mapping[str, object]]) -> str:
     return (
-        "## 4. NVLink (multi-GPU sets)\n\n"
+        f"{HEADINGS['nvlink']}\n\n"
         "Cluster: NVSwitch H100 nodes, DGX-1 V100 hybrid cube-mesh nodes, A100 PCIe 4-GPU nodes with NVLink "
         "bridges on (0, 1) and (2, 3); NUMA: first half of the GPUs on node 0.\n\n"
         + cluster_table(cluster).markdown() + "\n\n"
@@ -184,7 +204,7 @@ def _cost(cost: Section, cluster: Sequence[Mapping[str, object]]) -> str:
     ]
     price = f"spot at {100 * ratio:.0f} % of on-demand" if ratio else "no spot prices"
     return (
-        "## 5. Cost (on-demand and spot)\n\n"
+        f"{HEADINGS['cost']}\n\n"
         f"Cluster ({price}):\n\n" + cluster_table(cluster).markdown() + "\n\n"
         "Workload: openb default pods (qos BE = interruptible), fgd protocol with the inflation ratio set to the "
         "load (1.0: one pass up to 100 % of GPU capacity; 0.6: a part-loaded cluster, where idle nodes could "
@@ -202,7 +222,7 @@ def _cost(cost: Section, cluster: Sequence[Mapping[str, object]]) -> str:
 
 def _speed(config: Config, speed_section: Section) -> str:
     return (
-        "## 6. Speed\n\n"
+        f"{HEADINGS['speed']}\n\n"
         "Kernel: one 1-GPU pod decided on N nodes x 8 H100-like GPUs with random allocations, numba engine "
         "(`Engine.decide`) vs plain-Python reference (`scoring.reference.reference_decide`); mean of "
         f"{config['kernel_calls']} numba calls; the reference gets {config['reference_calls']} calls at 1,000 nodes "

@@ -75,6 +75,9 @@ def build_parser(prog: str = "gpupack") -> argparse.ArgumentParser:
     bench.add_argument(
         "--throughput", action="store_true", help="only the real kube-scheduler throughput (needs ../shared/kube, etcd)"
     )
+    bench.add_argument("--only", help="run only these sections, e.g. openb,churn (openb churn mig nvlink cost speed)")
+    bench.add_argument("--cache", help="keep finished simulation runs in this folder and reuse them (same code)")
+    bench.add_argument("--policies", help="openb: only these policies, e.g. gpupack,fgd,best-fit (default: all)")
 
     explain = sub.add_parser("explain", help="why a pod would go where (a live cluster, or a cluster file)")
     explain.add_argument("pod_ref", nargs="?", metavar="POD", help="NAMESPACE/NAME (or NAME) of the pod; same as --pod")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import tempfile
 from pathlib import Path
@@ -386,3 +387,31 @@ def test_report_render_stays_short() -> None:
     from gpupack.bench.report_text import render
 
     assert len(inspect.getsource(render).splitlines()) <= 80
+
+
+# ----------------------------------------------------------------------------- --only and --cache
+CALLS: list[int] = []
+
+
+@dataclasses.dataclass(frozen=True)
+class _CountedJob:
+    value: int
+    scenario: str = "churn"
+    policy: str = "x"
+
+    def run(self) -> dict[str, object]:
+        CALLS.append(self.value)
+        return {"scenario": self.scenario, "value": self.value}
+
+
+def test_only_runs_the_named_sections_and_the_cache_runs_each_job_once(tmp_path: Path) -> None:
+    config = dataclasses.replace(tiny_config(tmp_path), sections=("churn",))
+    jobs = report.build_jobs(config)
+    assert jobs and {job.scenario for job in jobs} == {"churn"}
+    CALLS.clear()
+    first = [_CountedJob(i) for i in range(3)]
+    assert report.run_jobs(first, 1, cache=tmp_path / "cache") == [{"scenario": "churn", "value": i} for i in range(3)]
+    again = [_CountedJob(i) for i in range(4)]
+    assert [r["value"] for r in report.run_jobs(again, 1, cache=tmp_path / "cache")] == [0, 1, 2, 3]
+    assert CALLS == [0, 1, 2, 3]  # the first three came from the cache
+    assert main(["bench", "--only", "churn,nope"]) == 2

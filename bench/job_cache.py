@@ -1,0 +1,57 @@
+"""A folder of finished bench jobs, so an interrupted or repeated `gpupack bench --cache DIR` only runs
+what is new.
+
+A job's file is named by a hash of the job (its dataclass fields) and of the source of the code that
+decides its result (scoring/ and the simulator modules of bench/): change either and the job runs again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from functools import cache
+from pathlib import Path
+
+import orjson
+
+PACKAGE = Path(__file__).resolve().parents[1]
+# what a job's result depends on; the report's own modules (sections, text, plots) are left out
+CODE = ("scoring", "bench/simulate.py", "bench/churn.py", "bench/jobs.py", "bench/protocol.py",
+        "bench/workload.py", "bench/metrics.py", "bench/openb.py", "bench/load.py", "bench/scenarios.py",
+        "bench/cost.py")  # fmt: skip
+
+
+@cache
+def code_fingerprint() -> str:
+    """Hash of the source files in CODE (sorted, contents and names)."""
+    digest = hashlib.sha256()
+    for entry in CODE:
+        path = PACKAGE / entry
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+        for file in files:
+            if file.is_file():
+                digest.update(file.relative_to(PACKAGE).as_posix().encode())
+                digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def job_path(folder: Path, job: object) -> Path:
+    """Where `job`'s result is (or will be) kept."""
+    fields = orjson.dumps(dataclasses.asdict(job), option=orjson.OPT_SORT_KEYS)  # type: ignore[call-overload]
+    key = hashlib.sha256(type(job).__name__.encode() + fields + code_fingerprint().encode()).hexdigest()[:24]
+    return folder / f"{getattr(job, 'scenario', 'job')}-{key}.json"
+
+
+def load(folder: Path, job: object) -> dict[str, object] | None:
+    """The kept result of `job`, None when there is none."""
+    path = job_path(folder, job)
+    return orjson.loads(path.read_bytes()) if path.exists() else None
+
+
+def store(folder: Path, job: object, result: dict[str, object]) -> None:
+    """Keep `result` (written to a temporary name first, so a killed run leaves no half file)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = job_path(folder, job)
+    partial = path.with_suffix(".part")
+    partial.write_bytes(orjson.dumps(result, option=orjson.OPT_NON_STR_KEYS))
+    partial.replace(path)
