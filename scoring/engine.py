@@ -16,7 +16,9 @@ from gpupack.scoring.facts import GpuSlot, Placement
 from gpupack.scoring.geometry import FAMILIES, resolve_profile
 from gpupack.scoring.inventory import MAX_GPUS, MAX_MODELS, Inventory
 from gpupack.scoring.layout import (
+    FIRST_UNRESOLVABLE,
     N_REQ,
+    N_VERDICTS,
     REQ_CPU,
     REQ_GPUS,
     REQ_INSTANCES,
@@ -39,12 +41,34 @@ VERDICT_REASONS: dict[int, str] = {
     k.NO_GPU: "not enough free GPU capacity",
     k.NO_MIG: "no free MIG placement for the requested profile",
     k.SPOT_FORBIDDEN: "spot node and the pod is not interruptible",
+    # unresolvable: `Decision.unresolvable` says what exactly the node lacks
+    k.NOT_MIG: "the node has no MIG",
+    k.NO_PROFILE: "the node's GPU model has no such MIG profile",
+    k.TOO_FEW_GPUS: "the node has fewer GPUs than the pod asks for",
 }
 
 
 def reason_texts(feasible: str) -> tuple[str, ...]:
     """The reason of each verdict code, `feasible` for OK (a feasible node that was not chosen)."""
-    return tuple(feasible if code == k.OK else VERDICT_REASONS.get(code, "") for code in range(k.SPOT_FORBIDDEN + 1))
+    return tuple(feasible if code == k.OK else VERDICT_REASONS.get(code, "") for code in range(N_VERDICTS))
+
+
+def unresolvable_reason(inventory: Inventory, arrays: RequestArrays, row: int, code: int) -> str:
+    """What inventory row `row` lacks for the request, for a verdict from FIRST_UNRESOLVABLE on (#18)."""
+    model = inventory.models[int(inventory.node_model[row])]
+    count = int(inventory.node_gpu_count[row])
+    if count == 0:
+        return "the node has no GPU"
+    if code == k.TOO_FEW_GPUS:
+        return f"the node has {count} GPU{'s' if count > 1 else ''}, the pod asks for {arrays.request.gpus}"
+    family = model.mig_family
+    if family is None:
+        return f"{model.product or 'its GPU model'} has no MIG"
+    if code == k.NOT_MIG:
+        return f"MIG is not enabled on this {model.product} node"
+    missing = next((p for p in arrays.instances if not _has_profile(family, p)), "")
+    profiles = ", ".join(sorted(family.profiles, key=_profile_order))
+    return f"{model.product} has no MIG profile {missing} (its profiles: {profiles})"
 
 
 @dataclass
@@ -56,26 +80,46 @@ class Decision:
     verdicts: np.ndarray  # per inventory row: NOT_CANDIDATE for every row outside `rows`
     scores: np.ndarray
     names: list[str | None]
+    context: tuple[Inventory, RequestArrays] | None = None  # what `unresolvable` words its reasons from
 
     @property
     def node(self) -> str | None:
         return self.placement.node if self.placement else None
 
     def reasons(self) -> dict[str, str]:
-        """Why each infeasible candidate was rejected, by node name."""
+        """Why each infeasible candidate was rejected, by node name (not the unresolvable ones)."""
         rows, codes = self.verdict_rows(feasible=False)
         return {self.names[row]: VERDICT_REASONS[code] for row, code in zip(rows.tolist(), codes.tolist(), strict=True)}
 
     def verdict_rows(self, feasible: bool, besides: int = -1) -> tuple[np.ndarray, np.ndarray]:
-        """(rows, verdicts) of the candidates other than row `besides`: the infeasible ones, and the
-        feasible ones too (verdict OK) when `feasible`."""
-        keep = self.verdicts != k.NOT_CANDIDATE  # every row outside `rows` is NOT_CANDIDATE
+        """(rows, verdicts) of the candidates other than row `besides`: the infeasible ones but the
+        unresolvable, and the feasible ones too (verdict OK) when `feasible`."""
+        keep = (self.verdicts != k.NOT_CANDIDATE) & (self.verdicts < FIRST_UNRESOLVABLE)
         if not feasible:
             keep &= self.verdicts != k.OK
         if besides >= 0:
             keep[besides] = False
         rows = np.flatnonzero(keep)
         return rows, self.verdicts[rows]
+
+    def unresolvable(self) -> dict[str, str]:
+        """The candidates no preemption can make room on, by node name, with what each lacks."""
+        rows = np.flatnonzero(self.verdicts >= FIRST_UNRESOLVABLE)
+        if not rows.size:
+            return {}
+        texts: dict[tuple[int, int, int], str] = {}  # by (model, verdict, GPUs): such nodes read alike
+        reasons: dict[str, str] = {}
+        for row in rows.tolist():
+            code = int(self.verdicts[row])
+            if self.context is None:
+                reasons[self.names[row]] = VERDICT_REASONS[code]  # type: ignore[index]
+                continue
+            inventory, arrays = self.context
+            key = (int(inventory.node_model[row]), code, int(inventory.node_gpu_count[row]))
+            if key not in texts:
+                texts[key] = unresolvable_reason(inventory, arrays, row, code)
+            reasons[self.names[row]] = texts[key]  # type: ignore[index]
+        return reasons
 
     def feasible_scores(self) -> dict[str, float]:
         """Score of every feasible candidate, by node name."""
@@ -304,7 +348,8 @@ class Engine:
         placement = None
         if best >= 0:
             placement = self._placement(int(best), int(slots), arrays, best_gpu, best_start)
-        return Decision(placement, np.flatnonzero(mask), verdicts, scores, self.inventory.names)
+        names = self.inventory.names
+        return Decision(placement, np.flatnonzero(mask), verdicts, scores, names, (self.inventory, arrays))
 
     def _placement(
         self, row: int, slots: int, arrays: RequestArrays, gpu: np.ndarray, start: np.ndarray

@@ -101,6 +101,7 @@ from gpupack.scoring.layout import (
     NO_MEMORY,
     NO_MIG,
     NO_POD_SLOT,
+    NO_PROFILE,
     NODE_ACTIVE,
     NODE_CPU_CAP,
     NODE_CPU_FREE,
@@ -116,6 +117,7 @@ from gpupack.scoring.layout import (
     NODE_TAGS,
     NODE_VERSION,
     NOT_CANDIDATE,
+    NOT_MIG,
     OK,
     OUT_GPU,
     OUT_SCORE,
@@ -162,6 +164,7 @@ from gpupack.scoring.layout import (
     TASK_KIND,
     TASK_MEMORY,
     TASK_MILLI,
+    TOO_FEW_GPUS,
     UNIT,
     W_BESTFIT,
     W_CLUSTER,
@@ -739,8 +742,31 @@ def node_geometry(n, nodes, models):
 
 
 @per_node
+def hardware_verdict(n, nodes, request, ask):
+    """What node n lacks for the request whatever runs on it (OK when nothing): no GPU or too few for
+    the request, no MIG, or no such MIG profile on its model (reference: `hardware_verdict`)."""
+    kind = ask[REQ_KIND]
+    count = nodes[NODE_GPU_COUNT][n]
+    if (kind == KIND_WHOLE and ask[REQ_GPUS] > count) or (kind == KIND_SHARE and count == 0):
+        return TOO_FEW_GPUS
+    if kind == KIND_MIG:
+        if nodes[NODE_MIG_MODE][n] == MODE_NONE or count == 0:
+            return NOT_MIG
+        shapes = request[REQUEST_SHAPES]
+        model = nodes[NODE_MODEL][n]
+        for q in range(ask[REQ_INSTANCES]):
+            if shapes[q, model] < 0:
+                return NO_PROFILE
+    return OK
+
+
+@per_node
 def early_verdict(n, nodes, request, ask, rules):
-    """The first check node n fails before its GPUs are read (OK when none); reference: `evaluate`'s head."""
+    """The first check node n fails before its GPUs are read (OK when none); reference: `early_verdict`.
+    What the node lacks whatever runs on it comes first: no preemption can change that verdict."""
+    verdict = hardware_verdict(n, nodes, request, ask)
+    if verdict != OK:
+        return verdict
     if nodes[NODE_CPU_FREE][n] < ask[REQ_CPU]:
         return NO_CPU
     if nodes[NODE_MEM_FREE][n] < ask[REQ_MEMORY]:
@@ -1091,8 +1117,6 @@ def mig_choice(n, geometry, gpus, request, ask, mix, cache, scratch, rules, free
     of the node that the earlier ones changed, into the scratch slots; returns (verdict, free units
     after, fragmentation after)."""
     model, mode, compute_total, base, count = geometry
-    if mode == MODE_NONE or count == 0:
-        return NO_MIG, free_before, frag_before
     unusable = scratch[SCRATCH_UNUSABLE]
     hosts = scratch[SCRATCH_HOSTS]
     load_local(
@@ -1101,9 +1125,7 @@ def mig_choice(n, geometry, gpus, request, ask, mix, cache, scratch, rules, free
     )
     running_free = free_before
     for q in range(ask[REQ_INSTANCES]):
-        shape = request[REQUEST_SHAPES][q, model]
-        if shape < 0:
-            return NO_MIG, free_before, frag_before
+        shape = request[REQUEST_SHAPES][q, model]  # the model has it (`hardware_verdict`)
         need_me = request[REQUEST_ME][q]
         j, start, pid = best_instance(geometry, gpus, mix, scratch, rules[RULE_MIG], shape, need_me, running_free,
                                       cpu_after, mem_after)

@@ -58,8 +58,12 @@ N_WEIGHTS = N_PARTS + 2
 PART_NAMES = ("fragmentation", "packing", "topology", "model_fit", "spot", "spot", "cost", "fgd", "best-fit",
               "dot-product", "gpu-clustering", "gpu-packing", "kube-default")  # fmt: skip
 
-# verdict codes per node (0 = feasible)
+# verdict codes per node (0 = feasible); from FIRST_UNRESOLVABLE on, what the node lacks whatever runs on
+# it (no preemption can help): MIG asked of a node without MIG, a MIG profile its model does not have,
+# more GPUs than it has
 OK, NOT_CANDIDATE, NO_CPU, NO_MEMORY, NO_POD_SLOT, MODEL_NOT_ALLOWED, NO_GPU, NO_MIG, SPOT_FORBIDDEN = range(9)
+NOT_MIG, NO_PROFILE, TOO_FEW_GPUS = range(9, 12)
+FIRST_UNRESOLVABLE, N_VERDICTS = NOT_MIG, 12
 
 # `nodes`: per node row n (N rows); tags is [N * (MAX_GPUS + 1)]: pods per GPU tag (GpuClustering)
 (NODE_ACTIVE, NODE_CPU_FREE, NODE_MEM_FREE, NODE_PODS_FREE, NODE_MODEL, NODE_MIG_MODE, NODE_GPU_COUNT, NODE_SPOT,

@@ -404,8 +404,24 @@ class _Picked:
     topo: float = 1.0
 
 
+def hardware_verdict(node: Node, ctx: _Context) -> int:
+    """What the node lacks for the request whatever runs on it (OK when nothing); kernels: `hardware_verdict`."""
+    request = ctx.request
+    if (request.kind == Kind.WHOLE and request.gpus > node.count) or (request.kind == Kind.SHARE and not node.count):
+        return k.TOO_FEW_GPUS
+    if request.kind == Kind.MIG:
+        if node.mode == k.MODE_NONE or node.count == 0:
+            return k.NOT_MIG
+        if any(node.shape_of(profile) is None for profile in ctx.instances):
+            return k.NO_PROFILE
+    return k.OK
+
+
 def early_verdict(node: Node, ctx: _Context) -> int:
     """The first check the node fails before its GPUs are read (OK when none); kernels: `early_verdict`."""
+    verdict = hardware_verdict(node, ctx)
+    if verdict != k.OK:
+        return verdict
     request = ctx.request
     allowed = request.allowed_products is None or node.product in request.allowed_products
     if node.cpu_free < request.cpu_milli:
@@ -505,13 +521,10 @@ def mig_pick(trial: _Trial) -> _Picked | int:
     """MIG instances, largest first, each on the GPUs as the earlier ones left them, where the
     policy's RULE_MIG puts it (kernels: `mig_choice`)."""
     node = trial.node
-    if node.mode == k.MODE_NONE or node.count == 0:
-        return k.NO_MIG
     picked = _Picked(list(node.gpus))
     for profile in trial.ctx.instances:
         shape = node.shape_of(profile)
-        if shape is None:
-            return k.NO_MIG
+        assert shape is not None  # `hardware_verdict`
         need_me = profile.endswith("+me")
         options = instance_options(trial, picked.after, shape, need_me)
         if not options:
@@ -712,7 +725,7 @@ def reference_decide(
         gpu = np.array(best_outcome.gpus, dtype=np.int32)
         start = np.array(best_outcome.starts, dtype=np.int32)
         placement = build_placement(inventory, best, len(best_outcome.gpus), arrays, gpu, start)
-    return Decision(placement, np.flatnonzero(mask), verdicts, scores, inventory.names)
+    return Decision(placement, np.flatnonzero(mask), verdicts, scores, inventory.names, (inventory, arrays))
 
 
 def _context(policy: PolicySpec, arrays: RequestArrays, nodes: list[Node]) -> _Context:

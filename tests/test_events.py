@@ -120,7 +120,7 @@ def test_repeated_filter_failures_give_one_warning_then_a_series_at_most_once_a_
     assert extender.filter("default/big", ["a"]) is None
     (warning,) = flushed(extender).server.events_on("default/big")
     assert (warning["type"], warning["reason"], warning["action"]) == ("Warning", "FailedAssignment", "Scheduling")
-    assert warning["note"] == "no node fits: 1 node: not enough free GPU capacity"
+    assert warning["note"] == "no node fits: 1 node: the node has 1 GPU, the pod asks for 2"
     assert "series" not in warning
     for _ in range(5):  # within the minute: counted, not written
         assert extender.filter("default/big", ["a"]) is None
@@ -133,8 +133,8 @@ def test_repeated_filter_failures_give_one_warning_then_a_series_at_most_once_a_
     clock.advance(WARNING_INTERVAL_SECONDS)
     assert extender.filter("default/big", ["a", "ghost"]) is None  # another reason: another event
     events = flushed(extender).server.events_on("default/big")
-    assert [e["note"] for e in events][1] == "no node fits: 1 node: not enough free GPU capacity; 1 node: " + (
-        "node unknown to gpupack"
+    assert [e["note"] for e in events][1] == (
+        "no node fits: 1 node: node unknown to gpupack; 1 node: the node has 1 GPU, the pod asks for 2"
     )
     written, failures = extender.state.events.counts()
     assert written == {"FailedAssignment": 3} and failures == {}

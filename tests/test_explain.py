@@ -52,7 +52,7 @@ def test_explain_text_and_unplaceable_pod(tmp_path: Path, capsys: pytest.Capture
     path = write_pod(tmp_path, pod("huge", gpus=16))
     assert main(["explain", "--cluster-file", str(EXAMPLE_CLUSTER), "--pod", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "chosen: none" in out and "not enough free GPU capacity" in out and "why:" not in out
+    assert "chosen: none" in out and "the pod asks for 16" in out and "why:" not in out  # unresolvable (#18)
 
 
 def test_explain_bad_request_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -92,8 +92,9 @@ def test_unknown_product_is_schedulable_but_never_mig(mode: MigMode) -> None:
         assert decision.node == "x"
         assert reference_decide(inv, engine.policy, request).placement == decision.placement
     decision = engine.decide(PodRequest(kind=Kind.MIG, mig=(("1g.10gb", 1),)))
-    assert decision.placement is None and decision.verdicts[0] == k.NO_MIG
-    assert decision.reasons() == {"x": "no free MIG placement for the requested profile"}
+    # no preemption can help: unresolvable, saying so (#18)
+    assert decision.placement is None and decision.verdicts[0] == (k.NOT_MIG if mode == MigMode.NONE else k.NO_PROFILE)
+    assert decision.reasons() == {} and decision.unresolvable() == {"x": "ACME-Accelerator-X1 has no MIG"}
 
 
 def test_unknown_product_with_a_static_layout_is_rejected() -> None:
@@ -120,10 +121,15 @@ def test_profile_of_another_model_gets_no_mig(inv: Inventory) -> None:
     engine = Engine(inv, gpupack())
     decision = engine.decide(PodRequest(kind=Kind.MIG, mig=(("1g.6gb", 1),)))  # an A30 profile
     assert decision.placement is None
-    assert {int(v) for v in decision.verdicts} == {k.NO_MIG}
+    expected = {"plain": k.NOT_MIG, "dyn": k.NO_PROFILE, "static": k.NO_PROFILE}  # unresolvable (#18)
+    assert {name: int(decision.verdicts[row]) for name, row in inv.index.items()} == expected
+    assert decision.unresolvable()["plain"] == "NVIDIA-L4 has no MIG"
+    assert decision.unresolvable()["dyn"].startswith(f"{H100} has no MIG profile 1g.6gb (its profiles: 1g.10gb, ")
     # one instance of a known profile does not rescue the other
     mixed = engine.decide(PodRequest(kind=Kind.MIG, mig=(("1g.10gb", 1), ("1g.6gb", 1))))
-    assert mixed.placement is None and {int(v) for v in mixed.verdicts} == {k.NO_MIG}
+    assert mixed.placement is None
+    assert {name: int(mixed.verdicts[row]) for name, row in inv.index.items()} == expected
+    assert mixed.reasons() == {} and "1g.6gb" in mixed.unresolvable()["static"]
 
 
 @pytest.mark.parametrize(

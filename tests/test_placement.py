@@ -314,9 +314,9 @@ def test_1g_slices_of_a30_and_h200_each_by_name() -> None:
         node("h200", "NVIDIA-H200", 1, MigMode.DYNAMIC), node("a30", "NVIDIA-A30", 1, MigMode.DYNAMIC)
     )
     a30 = cluster.decide(mig("1g.6gb"))
-    assert a30.node == "a30" and a30.verdicts[cluster.inventory.index["h200"]] == k.NO_MIG
+    assert a30.node == "a30" and a30.verdicts[cluster.inventory.index["h200"]] == k.NO_PROFILE
     h200 = cluster.decide(mig("1g.18gb"))
-    assert h200.node == "h200" and h200.verdicts[cluster.inventory.index["a30"]] == k.NO_MIG
+    assert h200.node == "h200" and h200.verdicts[cluster.inventory.index["a30"]] == k.NO_PROFILE
 
 
 def test_allowed_products_exclude_other_models() -> None:
