@@ -10,6 +10,7 @@ import statistics
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -20,7 +21,7 @@ from gpupack.bench.openb_report import TUNING
 from gpupack.bench.paired import SIGNIFICANCE
 from gpupack.bench.sections import Section
 
-Config = Mapping[str, object]
+Config = Mapping[str, Any]  # the run's config as asdict gives it (JSON-like)
 HEADINGS = {
     "openb": "## 1. openb (Alibaba GPU traces, FGD protocol)",
     "churn": "## 2. MIG with churn (pods arrive and complete)",
@@ -29,7 +30,7 @@ HEADINGS = {
     "cost": "## 5. Cost (on-demand and spot)",
     "speed": "## 6. Speed",
 }
-Clusters = Mapping[str, Sequence[Mapping[str, object]]]
+Clusters = Mapping[str, Sequence[Mapping[str, Any]]]
 
 
 def seeds_text(seeds: Sequence[int]) -> str:
@@ -40,12 +41,12 @@ def seeds_text(seeds: Sequence[int]) -> str:
     return ", ".join(map(str, seeds))
 
 
-def cluster_table(rows: Sequence[Mapping[str, object]]) -> Table:
+def cluster_table(rows: Sequence[Mapping[str, Any]]) -> Table:
     """The node groups of a scenario cluster."""
     table = Table(["GPU product", "nodes", "GPUs per node", "cores", "memory GiB", "MIG", "spot", "$/h"])
     for r in rows:
-        table.add(r["product"], r["nodes"], r["gpus"], r["cpu_cores"], r["memory_gib"], r["mig"], r["spot"],  # type: ignore[arg-type]
-                  r["hourly_cost"])  # type: ignore[arg-type]  # fmt: skip
+        table.add(r["product"], r["nodes"], r["gpus"], r["cpu_cores"], r["memory_gib"], r["mig"], r["spot"],
+                  r["hourly_cost"])  # fmt: skip
     return table
 
 
@@ -98,8 +99,8 @@ def _header(config: Config, info: Mapping[str, object]) -> str:
         f"speed benchmarks {info['speed_seconds']} s, total {info['total_seconds']} s; "
         f"{info.get('runs_from_cache', 0)} of {info.get('simulation_runs', '?')} simulation runs read back from "
         "a cache of earlier runs of the same code (`--cache`)\n"
-        f"- seeds: openb {seeds_text(config['openb_seeds'])}; "  # type: ignore[arg-type]
-        f"churn / MIG / NVLink / cost {seeds_text(config['scenario_seeds'])}; "  # type: ignore[arg-type]
+        f"- seeds: openb {seeds_text(config['openb_seeds'])}; "
+        f"churn / MIG / NVLink / cost {seeds_text(config['scenario_seeds'])}; "
         f"scenario clusters at {config['scale']} x their full node counts\n"
         f"- tuning: {TUNING}\n"
         "- every number below comes from this run; `results.json` beside this file holds them all (per seed)."
@@ -129,7 +130,7 @@ def _openb(config: Config, openb: Section) -> str:
     )  # fmt: skip
 
 
-def _churn(churn: Section, cluster: Sequence[Mapping[str, object]]) -> str:
+def _churn(churn: Section, cluster: Sequence[Mapping[str, Any]]) -> str:
     defaults = ChurnConfig()
     sizes = ", ".join(f"{size}g {round(100 * weight)} %" for size, weight in INFERENCE_SIZES)
     families = "; ".join(
@@ -151,7 +152,7 @@ def _churn(churn: Section, cluster: Sequence[Mapping[str, object]]) -> str:
     )  # fmt: skip
 
 
-def _mig(mig: Section, cluster: Sequence[Mapping[str, object]]) -> str:
+def _mig(mig: Section, cluster: Sequence[Mapping[str, Any]]) -> str:
     return (
         f"{HEADINGS['mig']}\n\n"
         "Cluster (dynamic MIG on every MIG-capable GPU):\n\n" + cluster_table(cluster).markdown() + "\n\n"
@@ -168,7 +169,7 @@ def _mig(mig: Section, cluster: Sequence[Mapping[str, object]]) -> str:
     )
 
 
-def _nvlink(nvlink: Section, cluster: Sequence[Mapping[str, object]]) -> str:
+def _nvlink(nvlink: Section, cluster: Sequence[Mapping[str, Any]]) -> str:
     return (
         f"{HEADINGS['nvlink']}\n\n"
         "Cluster: NVSwitch H100 nodes, DGX-1 V100 hybrid cube-mesh nodes, A100 PCIe 4-GPU nodes with NVLink "
@@ -182,9 +183,9 @@ def _nvlink(nvlink: Section, cluster: Sequence[Mapping[str, object]]) -> str:
     )  # fmt: skip
 
 
-def spot_price_ratio(cluster: Sequence[Mapping[str, object]]) -> float | None:
+def spot_price_ratio(cluster: Sequence[Mapping[str, Any]]) -> float | None:
     """Median spot / on-demand hourly price over the products that have both."""
-    prices = {(r["product"], bool(r["spot"])): float(r["hourly_cost"]) for r in cluster if r["hourly_cost"]}  # type: ignore[arg-type]
+    prices = {(r["product"], bool(r["spot"])): float(r["hourly_cost"]) for r in cluster if r["hourly_cost"]}
     ratios = [prices[(p, True)] / prices[(p, False)] for p, spot in prices if spot and (p, False) in prices]
     return statistics.median(ratios) if ratios else None
 
@@ -193,14 +194,14 @@ def _column(table: Table, name: str, row: Sequence[object]) -> object:
     return row[table.columns.index(name)] if name in table.columns else None
 
 
-def _cost(cost: Section, cluster: Sequence[Mapping[str, object]]) -> str:
+def _cost(cost: Section, cluster: Sequence[Mapping[str, Any]]) -> str:
     ratio = spot_price_ratio(cluster)
-    table = cost.tables.get("cost")
-    rows = [row for row in (table.rows if table else []) if _column(table, "load (x capacity)", row) == 1.0]  # type: ignore[arg-type]
+    table = cost.tables.get("cost") or Table([])
+    rows = [row for row in table.rows if _column(table, "load (x capacity)", row) == 1.0]
     on_spot = [
-        f"{_column(table, 'policy', row)} {_column(table, 'non-interruptible pods on spot %', row)} %"  # type: ignore[arg-type]
+        f"{_column(table, 'policy', row)} {_column(table, 'non-interruptible pods on spot %', row)} %"
         for row in rows
-        if not str(_column(table, "policy", row)).startswith("gpupack")  # type: ignore[arg-type]
+        if not str(_column(table, "policy", row)).startswith("gpupack")
     ]
     price = f"spot at {100 * ratio:.0f} % of on-demand" if ratio else "no spot prices"
     return (

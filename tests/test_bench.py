@@ -7,6 +7,7 @@ import dataclasses
 import re
 import tempfile
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import orjson
@@ -15,7 +16,7 @@ import yaml
 
 from gpupack.bench import metrics, openb_report, plots, report
 from gpupack.bench import paired as paired_mod
-from gpupack.bench.jobs import prefix_to_arrived
+from gpupack.bench.jobs import Job, prefix_to_arrived
 from gpupack.bench.markdown import README_END, README_START, Table, update_readme
 from gpupack.bench.report import run_report, tiny_config
 from gpupack.bench.scenarios import (
@@ -409,9 +410,10 @@ def test_only_runs_the_named_sections_and_the_cache_runs_each_job_once(tmp_path:
     jobs = report.build_jobs(config)
     assert jobs and {job.scenario for job in jobs} == {"churn"}
     CALLS.clear()
-    first = [_CountedJob(i) for i in range(3)]
+    # stand-ins for report.Job: run_jobs only calls run() and the cache keys on the dataclass fields
+    first = cast(list[Job], [_CountedJob(i) for i in range(3)])
     assert report.run_jobs(first, 1, cache=tmp_path / "cache") == [{"scenario": "churn", "value": i} for i in range(3)]
-    again = [_CountedJob(i) for i in range(4)]
+    again = cast(list[Job], [_CountedJob(i) for i in range(4)])
     assert [r["value"] for r in report.run_jobs(again, 1, cache=tmp_path / "cache")] == [0, 1, 2, 3]
     assert CALLS == [0, 1, 2, 3]  # the first three came from the cache
     assert main(["bench", "--only", "churn,nope"]) == 2
