@@ -190,9 +190,9 @@ for _pid in range(len(PLACEMENT_SHAPE)):
 # numba's reference counting (`_nrt=False`, the switch numba's own maintainers use for this, numba
 # issue #2350): with it, each call paid an atomic incref and decref per array argument, 85 % of the
 # kernel's time at 5,000 nodes.
-helper = njit(cache=True, _nrt=False)
+helper = njit(cache=True, _nrt=False)  # type: ignore[call-overload]  # _nrt: numba's stubs leave out its underscore options
 # The steps of one node's evaluation: compiled into their caller, as if written there.
-per_node = njit(cache=True, _nrt=False, inline="always")
+per_node = njit(cache=True, _nrt=False, inline="always")  # type: ignore[call-overload]  # _nrt: numba's stubs leave out its underscore options
 
 
 
@@ -400,7 +400,7 @@ def node_frag(model, cpu_free, mem_free, free, mix_w, mix_task, mix_allowed, unu
     return total
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, inline="always")  # type: ignore[call-overload]  # _nrt: numba's stubs leave out its underscore options
 def frag_after_change(
     model, mode, compute_total, static,
     o_milli, o_whole, o_slices, o_compute, o_me, o_static_used,
@@ -1252,7 +1252,7 @@ def keep_placement(scratch, out, slots):
 
 
 # ----------------------------------------------------------------------------- the driver
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False)  # type: ignore[call-overload]  # _nrt: numba's stubs leave out its underscore options
 def schedule(nodes, gpus, models, request, candidate, mix, policy, rank, noise, cache, memo, scratch, out):
     """Score every candidate node; returns (best node or -1, slots) with its placement in `out`.
 
