@@ -253,8 +253,9 @@ def test_on_a_tie_the_set_whose_every_pair_is_nvlinked_wins(policy: PolicySpec) 
     """#15 item 4: among GPU sets of equal affinity, the fully NVLinked one (kernel and reference both)."""
     cluster = Cluster(cube_mesh(), policy=policy)
     cluster.inventory.commit(Placement("cube", (GpuSlot(0),)))
-    links = cluster.inventory.facts[0].nvlink
-    assert links is not None
+    facts = cluster.inventory.facts[0]
+    assert facts is not None and facts.nvlink is not None
+    links = facts.nvlink
     affinity = {
         gpus: sum(100 * links[a][b] + 20 for a, b in itertools.combinations(gpus, 2))
         for gpus in ((4, 5, 6, 7), (1, 2, 5, 6))
