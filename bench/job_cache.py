@@ -11,8 +11,12 @@ import dataclasses
 import hashlib
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
+
+if TYPE_CHECKING:
+    from gpupack.bench.jobs import Job
 
 PACKAGE = Path(__file__).resolve().parents[1]
 # what a job's result depends on; the report's own modules (sections, text, plots) are left out
@@ -35,20 +39,20 @@ def code_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def job_path(folder: Path, job: object) -> Path:
+def job_path(folder: Path, job: Job) -> Path:
     """Where `job`'s result is (or will be) kept."""
-    fields = orjson.dumps(dataclasses.asdict(job), option=orjson.OPT_SORT_KEYS)  # type: ignore[call-overload]
+    fields = orjson.dumps(dataclasses.asdict(job), option=orjson.OPT_SORT_KEYS)
     key = hashlib.sha256(type(job).__name__.encode() + fields + code_fingerprint().encode()).hexdigest()[:24]
     return folder / f"{getattr(job, 'scenario', 'job')}-{key}.json"
 
 
-def load(folder: Path, job: object) -> dict[str, object] | None:
+def load(folder: Path, job: Job) -> dict[str, object] | None:
     """The kept result of `job`, None when there is none."""
     path = job_path(folder, job)
     return orjson.loads(path.read_bytes()) if path.exists() else None
 
 
-def store(folder: Path, job: object, result: dict[str, object]) -> None:
+def store(folder: Path, job: Job, result: dict[str, object]) -> None:
     """Keep `result` (written to a temporary name first, so a killed run leaves no half file)."""
     folder.mkdir(parents=True, exist_ok=True)
     path = job_path(folder, job)
