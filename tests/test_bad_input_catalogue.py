@@ -113,14 +113,15 @@ def test_nodes_mode_item_too_deep_to_answer_with_reserves_nothing(served) -> Non
 
 
 def test_unknown_gpu_product_is_a_plain_gpu_node(served) -> None:
-    """No MIG geometry known: whole GPUs and shares are served, MIG requests fail with a reason."""
+    """No MIG geometry known: whole GPUs and shares are served, MIG requests are unresolvable with a reason."""
     client, state, _ = served
     before = fingerprint(client, state)
     whole = post(client, "filter", args(pod("acme-whole", gpus=4), ["acme"])).json()
     assert whole["NodeNames"] == ["acme"]
     release(state, "acme-whole")
     mig = post(client, "filter", args(pod("acme-mig", mig="1g.10gb"), ["acme"])).json()
-    assert mig["NodeNames"] == [] and mig["FailedNodes"]["acme"]
+    assert mig["NodeNames"] == [] and "acme" not in mig["FailedNodes"]
+    assert "MIG" in mig["FailedAndUnresolvableNodes"]["acme"]  # no MIG on it: preemption cannot help
     pinned = pod("acme-pinned", gpus=1)
     pinned["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "Nonexistent-GPU"}
     answer = post(client, "filter", args(pinned, ["acme", "l"])).json()
