@@ -11,6 +11,7 @@ Options live in `[tool.mypy]` of pyproject.toml. Usage: python .ci/typecheck.py 
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import tomllib
@@ -31,11 +32,12 @@ def installed_sources() -> list[BuildSource]:
     sources = []
     for package in setuptools["packages"]:
         top = max((name for name in folders if package == name or package.startswith(name + ".")), key=len)
-        folder = Path(folders[top], *package[len(top) :].split(".")[1:])
+        folder = ROOT.joinpath(folders[top], *package[len(top) :].split(".")[1:])
         for path in sorted(folder.glob("*.py")):
             module = package if path.stem == "__init__" else f"{package}.{path.stem}"
             stub = path.with_suffix(".pyi")  # a stub beside a module stands for it, as on import
-            sources.append(BuildSource(str(stub if stub.exists() else path), module, None, base_dir=str(ROOT)))
+            shown = os.path.relpath(stub if stub.exists() else path)  # errors name the file from here
+            sources.append(BuildSource(shown, module, None, base_dir=str(ROOT)))
     return sources
 
 
@@ -43,7 +45,8 @@ def main(paths: list[str]) -> int:
     """Check the distribution and `paths`; print mypy's messages and summary; mypy's exit code."""
     started = time.time()
     fscache = FileSystemCache()
-    extra, options = process_options(paths, fscache=fscache, require_targets=False)
+    config = ["--config-file", str(ROOT / "pyproject.toml")]  # from any folder
+    extra, options = process_options([*config, *paths], fscache=fscache, require_targets=False)
     sources = installed_sources() + extra
     _, messages, blockers = run_build(sources, options, fscache, started, sys.stdout, sys.stderr)
     formatter = util.FancyFormatter(sys.stdout, sys.stderr, options.hide_error_codes)
