@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 COMPONENTS = ("scoring", "bench", "extender", "agent", "report")  # gpupack.<name> is the tree's <name>/
@@ -69,7 +70,7 @@ def decide_times(view: str) -> dict[str, list[float]]:
     return times
 
 
-def _per_decision(engine: object, requests: list[object], calls: int) -> float:
+def _per_decision(engine: object, requests: Sequence[object], calls: int) -> float:
     """CPU µs of this thread per `engine.decide`, over `calls` decisions cycling through `requests`."""
     started = time.thread_time()
     for i in range(calls):
