@@ -24,6 +24,11 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported at run time inside decide_times, from the tree under test
+    from gpupack.scoring.engine import Engine
+    from gpupack.scoring.request import PodRequest
 
 COMPONENTS = ("scoring", "bench", "extender", "agent", "report")  # gpupack.<name> is the tree's <name>/
 COLUMNS = ("memo hit", "shape changed", "share changed", "cold engine")
@@ -70,11 +75,11 @@ def decide_times(view: str) -> dict[str, list[float]]:
     return times
 
 
-def _per_decision(engine: object, requests: Sequence[object], calls: int) -> float:
+def _per_decision(engine: Engine, requests: Sequence[PodRequest], calls: int) -> float:
     """CPU µs of this thread per `engine.decide`, over `calls` decisions cycling through `requests`."""
     started = time.thread_time()
     for i in range(calls):
-        engine.decide(requests[i % len(requests)])  # type: ignore[attr-defined]
+        engine.decide(requests[i % len(requests)])
     return (time.thread_time() - started) / calls * 1e6
 
 
