@@ -123,3 +123,16 @@ def test_simulate_protocol_churn_from_node_and_pod_files(tmp_path: Path, capsys:
     assert main([*args, "--policy", "gpupack"]) == 0
     text = capsys.readouterr().out
     assert "seed 1:" in text and "rejected" in text and "None" not in text and "130" not in text
+
+
+def test_the_per_seed_table_counts_the_baselines_not_the_fgd_reference() -> None:
+    from gpupack.bench.churn_report import _per_seed_table
+
+    def result(policy: str, seed: int, rejected: int) -> dict[str, object]:
+        return {"policy": policy, "seed": seed, "run": {"summary": {"rejected": rejected}}}
+
+    rows = {"gpupack": (5, 9), "first-fit": (7, 9), "fgd": (3, 3)}
+    by = {(p,): [result(p, 42 + i, n) for i, n in enumerate(values)] for p, values in rows.items()}
+    table = _per_seed_table(by, list(rows))
+    assert table.columns[-1] == "gpupack fewer than first-fit (strictly)"
+    assert [row[-1] for row in table.rows] == [True, False]  # seed 43 is a tie with first-fit: not fewer
