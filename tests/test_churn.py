@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import statistics
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -128,11 +130,13 @@ def test_simulate_protocol_churn_from_node_and_pod_files(tmp_path: Path, capsys:
 def test_the_per_seed_table_counts_the_baselines_not_the_fgd_reference() -> None:
     from gpupack.bench.churn_report import _per_seed_table
 
-    def result(policy: str, seed: int, rejected: int) -> dict[str, object]:
+    def result(policy: str, seed: int, rejected: int) -> Mapping[str, Any]:
         return {"policy": policy, "seed": seed, "run": {"summary": {"rejected": rejected}}}
 
     rows = {"gpupack": (5, 9), "first-fit": (7, 9), "fgd": (3, 3)}
-    by = {(p,): [result(p, 42 + i, n) for i, n in enumerate(values)] for p, values in rows.items()}
+    by: dict[tuple[object, ...], list[Mapping[str, Any]]] = {
+        (p,): [result(p, 42 + i, n) for i, n in enumerate(values)] for p, values in rows.items()
+    }
     table = _per_seed_table(by, list(rows))
     assert table.columns[-1] == "gpupack fewer than first-fit (strictly)"
     assert [row[-1] for row in table.rows] == [True, False]  # seed 43 is a tie with first-fit: not fewer
