@@ -122,7 +122,8 @@ def test_simulate_protocol_churn_from_node_and_pod_files(tmp_path: Path, capsys:
     assert result["protocol"] == "churn" and [r["seed"] for r in result["runs"]] == [1, 2]
     assert result["churn"]["load"] == 0.8
     assert all(r["alloc_pct_at_100"] is None and "rejected_by_profile" in r for r in result["runs"])
-    assert main([*args, "--policy", "gpupack"]) == 0
+    assert main([*args, "--policy", "gpupack", "--plot", str(tmp_path / "churn.png")]) == 0
+    assert (tmp_path / "churn.png").stat().st_size > 1000  # every seed over time
     text = capsys.readouterr().out
     assert "seed 1:" in text and "rejected" in text and "None" not in text and "130" not in text
 
