@@ -26,11 +26,13 @@ quick: $(STAMP)
 e2e: $(STAMP)
 	$(PY) -m pytest tests/e2e
 
+# ruff, then mypy over the package and tests, each module under its installed gpupack.* name (.ci/typecheck.py)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(PY) .ci/typecheck.py tests .ci/typecheck.py
 
 bench: $(STAMP)
 	$(VENV)/bin/gpupack bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .cache
