@@ -7,6 +7,7 @@ plain-Python reference on the way.
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,20 +25,20 @@ H100 = "NVIDIA-H100-80GB-HBM3"
 
 
 def node(
-    name: str, product: str = "", count: int = 0, mode: MigMode = MigMode.NONE, **kw: object
+    name: str, product: str = "", count: int = 0, mode: MigMode = MigMode.NONE, **kw: Any
 ) -> NodeFacts:
-    return NodeFacts(name, 64000, 512 * GIB, gpu_product=product, gpu_count=count, mig_mode=mode, **kw)  # type: ignore[arg-type]
+    return NodeFacts(name, 64000, 512 * GIB, gpu_product=product, gpu_count=count, mig_mode=mode, **kw)
 
 
-def mig(*profiles: str, **kw: object) -> PodRequest:
+def mig(*profiles: str, **kw: Any) -> PodRequest:
     counts: dict[str, int] = {}
     for p in profiles:
         counts[p] = counts.get(p, 0) + 1
-    return PodRequest(cpu_milli=100, kind=Kind.MIG, mig=tuple(counts.items()), **kw)  # type: ignore[arg-type]
+    return PodRequest(cpu_milli=100, kind=Kind.MIG, mig=tuple(counts.items()), **kw)
 
 
-def whole(gpus: int, **kw: object) -> PodRequest:
-    return PodRequest(cpu_milli=100, kind=Kind.WHOLE, gpus=gpus, **kw)  # type: ignore[arg-type]
+def whole(gpus: int, **kw: Any) -> PodRequest:
+    return PodRequest(cpu_milli=100, kind=Kind.WHOLE, gpus=gpus, **kw)
 
 
 def share(milli: int) -> PodRequest:

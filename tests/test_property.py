@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from typing import Any
 
 import numpy as np
 import pytest
@@ -213,7 +214,7 @@ KINDS = [Kind.NONE, Kind.WHOLE, Kind.WHOLE, Kind.SHARE, Kind.SHARE, Kind.MIG, Ki
 def pod_request(draw: st.DrawFn, pools: list[list[str]] | None = None, products: list[str] | None = None) -> PodRequest:
     """A random valid request of any kind; its product constraint mostly names products of the cluster."""
     kind = draw(st.sampled_from(KINDS))
-    fields: dict[str, object] = {"kind": kind}
+    fields: dict[str, Any] = {"kind": kind}
     if kind == Kind.WHOLE:
         fields["gpus"] = draw(st.sampled_from([1, 1, 1, 2, 2, 3, 4, 8]))
     elif kind == Kind.SHARE:
@@ -227,7 +228,7 @@ def pod_request(draw: st.DrawFn, pools: list[list[str]] | None = None, products:
         memory_bytes=draw(st.sampled_from([0, GIB, 8 * GIB, 32 * GIB])),
         allowed_products=draw(st.one_of(st.none(), st.none(), allowed)),
         interruptible=draw(st.booleans()),
-        **fields,  # type: ignore[arg-type]
+        **fields,
     )
 
 
@@ -319,9 +320,10 @@ def check_invariants(inv: Inventory, ledger: Ledger) -> None:
         assert (inv.gpu_static_used[rows] & ~inv.gpu_static[rows] == 0).all()
         compute_total = int(inv.model_compute[int(inv.node_model[row])])
         name = inv.names[row]
+        assert name is not None  # a live row
         for j in range(int(inv.node_gpu_count[row])):
             g = row * MAX_GPUS + j
-            instances = ledger.instances.get((name, j), [])  # type: ignore[arg-type]
+            instances = ledger.instances.get((name, j), [])
             mask = 0
             compute = 0
             for shape, start in instances:
@@ -360,11 +362,11 @@ def usage_one_by_one(inv: Inventory) -> tuple[float, int]:
     return allocated, free_mig
 
 
-def assert_agree(engine: Engine, inv: Inventory, policy: PolicySpec, request: PodRequest, **kw: object) -> Decision:
+def assert_agree(engine: Engine, inv: Inventory, policy: PolicySpec, request: PodRequest, **kw: Any) -> Decision:
     """Engine and reference give identical verdicts, scores and placements; returns the engine's decision."""
     before = snapshot(inv)
-    fast = engine.decide(request, **kw)  # type: ignore[arg-type]
-    slow = reference_decide(inv, policy, request, **kw)  # type: ignore[arg-type]
+    fast = engine.decide(request, **kw)
+    slow = reference_decide(inv, policy, request, **kw)
     assert_same_arrays(before, snapshot(inv))  # deciding changes nothing
     assert np.array_equal(fast.rows, slow.rows)
     assert fast.verdicts.tolist() == slow.verdicts.tolist(), (request, fast.reasons(), slow.reasons())
