@@ -75,7 +75,7 @@ def group(results: Iterable[Result], *keys: str) -> dict[tuple[object, ...], lis
     return out
 
 
-def curve_entry(label: str, results: Sequence[Result]) -> dict[str, object]:
+def curve_entry(label: str, results: Sequence[Result]) -> dict[str, Any]:
     """What plots.allocation_curves takes: the first seed's curve under `label`."""
     return {"policy": label, "runs": [run_of(results[0])]}
 
@@ -170,7 +170,7 @@ def mig_section(results: Sequence[Result], labels: Sequence[str], out: Path) -> 
     compare(section, "MIG, compute-slice allocation % at arrived 100 %", alloc, higher_is_better=True)
     compare(section, "MIG, stranded GPUs % (free slices no pending profile fits)", stranded, higher_is_better=False)
     entries = [curve_entry(label, by[(label,)]) for label in labels if by.get((label,))]
-    top = max(float(e["runs"][0]["curve"][-1][0]) for e in entries) + 2  # type: ignore[index]
+    top = max(float(e["runs"][0]["curve"][-1][0]) for e in entries) + 2
     plots.allocation_curves(
         entries,
         out / "mig_curves.png",
@@ -389,7 +389,7 @@ def speed_section(kernel: Sequence[Mapping[str, object]], http: Sequence[Mapping
         section.plots.append("speed_kernel.png")
     if http:
         plots.grouped_bars(
-            {f"{n} nodes, {m}": {s: float(v.get("p50_ms", 0)) for s, v in rows.items()} for (n, m), rows in by.items()},  # type: ignore[arg-type]
+            {f"{n} nodes, {m}": {s: float(v.get("p50_ms", 0)) for s, v in rows.items()} for (n, m), rows in by.items()},
             out / "speed_http.png",
             "p50 ms",
             "/filter latency over loopback (p50)",
@@ -399,9 +399,9 @@ def speed_section(kernel: Sequence[Mapping[str, object]], http: Sequence[Mapping
     return section
 
 
-def group_rows(rows: Iterable[Mapping[str, object]]) -> dict[tuple[object, object], dict[str, Mapping[str, object]]]:
+def group_rows(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[object, object], dict[str, Mapping[str, Any]]]:
     """HTTP rows keyed by (nodes, mode), then by server."""
-    out: dict[tuple[object, object], dict[str, Mapping[str, object]]] = defaultdict(dict)
+    out: dict[tuple[object, object], dict[str, Mapping[str, Any]]] = defaultdict(dict)
     for r in rows:
         out[(r["nodes"], r["mode"])][str(r["server"])] = r
     return out

@@ -112,13 +112,13 @@ class Decision:
         for row in rows.tolist():
             code = int(self.verdicts[row])
             if self.context is None:
-                reasons[self.names[row]] = VERDICT_REASONS[code]  # type: ignore[index]
+                reasons[self.names[row]] = VERDICT_REASONS[code]  # type: ignore[index]  # a row with a verdict is named
                 continue
             inventory, arrays = self.context
             key = (int(inventory.node_model[row]), code, int(inventory.node_gpu_count[row]))
             if key not in texts:
                 texts[key] = unresolvable_reason(inventory, arrays, row, code)
-            reasons[self.names[row]] = texts[key]  # type: ignore[index]
+            reasons[self.names[row]] = texts[key]  # type: ignore[index]  # a row with a verdict is named
         return reasons
 
     def feasible_scores(self) -> dict[str, float]:
