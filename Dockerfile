@@ -15,6 +15,7 @@ COPY gpupack/ gpupack/
 COPY scoring/ scoring/
 COPY extender/ extender/
 COPY agent/ agent/
+COPY report/ report/
 COPY bench/ bench/
 RUN pip wheel --wheel-dir /wheels .
 
