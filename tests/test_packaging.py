@@ -63,3 +63,13 @@ def test_the_service_imports_neither_matplotlib_nor_the_simulator() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "gpupack.extender.state" in done.stdout
+
+
+def test_the_image_build_copies_every_mapped_folder() -> None:
+    """The wheel is built inside the image from the folders pyproject.toml maps: a missing COPY breaks the build."""
+    import tomllib
+
+    mapping = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    lines = (ROOT / "Dockerfile").read_text().splitlines()
+    copies = {line.split()[1].rstrip("/") for line in lines if line.startswith("COPY ")}
+    assert set(mapping.values()) <= copies, f"Dockerfile does not COPY {sorted(set(mapping.values()) - copies)}"
