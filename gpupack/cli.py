@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TypeAlias
+
+# the object `add_subparsers` returns: each `_<command>` adds its subcommand to it
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def _seeds(text: str) -> list[int]:
@@ -37,7 +41,13 @@ def build_parser(prog: str = "gpupack") -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog=prog, description="GPU-aware kube-scheduler extender")
     sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_serve, _simulate, _bench, _explain, _topology, _report, _agent):
+        add(sub)
+    return parser
 
+
+def _serve(sub: Subparsers) -> None:
+    """`gpupack serve`."""
     serve = sub.add_parser("serve", help="run the scheduler extender HTTP service")
     source = serve.add_mutually_exclusive_group()
     source.add_argument("--cluster-file", help="YAML/JSON list of Node and Pod objects served from memory")
@@ -48,6 +58,9 @@ def build_parser(prog: str = "gpupack") -> argparse.ArgumentParser:
     serve.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
     serve.add_argument("--tls-key", help="private key for --tls-cert (PEM)")
 
+
+def _simulate(sub: Subparsers) -> None:
+    """`gpupack simulate`."""
     simulate = sub.add_parser("simulate", help="replay a workload trace against a policy")
     simulate.add_argument("--nodes", required=True, help="openb node CSV or YAML/JSON list of Nodes")
     simulate.add_argument("--pods", required=True, help="openb pod CSV or YAML/JSON list of Pods")
@@ -67,6 +80,9 @@ def build_parser(prog: str = "gpupack") -> argparse.ArgumentParser:
     simulate.add_argument("--json", action="store_true", help="print one JSON object")
     simulate.add_argument("--plot", help="write a PNG: every seed's allocation curve (churn: every seed over time)")
 
+
+def _bench(sub: Subparsers) -> None:
+    """`gpupack bench`."""
     bench = sub.add_parser("bench", help="run the standard comparison and write a report")
     bench.add_argument("--quick", action="store_true", help="fewer seeds and smaller scenarios")
     bench.add_argument(
@@ -79,6 +95,9 @@ def build_parser(prog: str = "gpupack") -> argparse.ArgumentParser:
     bench.add_argument("--cache", help="keep finished simulation runs in this folder and reuse them (same code)")
     bench.add_argument("--policies", help="openb: only these policies, e.g. gpupack,fgd,best-fit (default: all)")
 
+
+def _explain(sub: Subparsers) -> None:
+    """`gpupack explain`."""
     explain = sub.add_parser("explain", help="why a pod would go where (a live cluster, or a cluster file)")
     explain.add_argument("pod_ref", nargs="?", metavar="POD", help="NAMESPACE/NAME (or NAME) of the pod; same as --pod")
     explain.add_argument(
@@ -93,9 +112,15 @@ def build_parser(prog: str = "gpupack") -> argparse.ArgumentParser:
     explain.add_argument("--config", help="policy config YAML")
     explain.add_argument("--json", action="store_true", help="print JSON")
 
+
+def _topology(sub: Subparsers) -> None:
+    """`gpupack topology`."""
     topology = sub.add_parser("topology", help="print gpupack.io/gpu-topology from `nvidia-smi topo -m` text")
     topology.add_argument("file", nargs="?", help="the text (default: standard input)")
 
+
+def _report(sub: Subparsers) -> None:
+    """`gpupack report`."""
     report = sub.add_parser("report", help="cost and waste now: GPU pools, split cost, nodes that could be emptied")
     report_source = report.add_mutually_exclusive_group()
     report_source.add_argument("--cluster-file", help="YAML/JSON list of Node and Pod objects")
@@ -116,12 +141,13 @@ def build_parser(prog: str = "gpupack") -> argparse.ArgumentParser:
     report.add_argument("--json", action="store_true", help="print one JSON object")
     report.add_argument("--html", help="also write a self-contained HTML page with plots to this file")
 
+
+def _agent(sub: Subparsers) -> None:
+    """`gpupack agent`."""
     agent = sub.add_parser("agent", help="run the node agent: node facts and device plugins (DaemonSet)")
     agent.add_argument("--node", help="this node's name (default: $NODE_NAME)")
     agent.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster config)")
     agent.add_argument("--plugin-dir", default="/var/lib/kubelet/device-plugins", help="kubelet device-plugin folder")
-    return parser
-
 
 def main(argv: Sequence[str] | None = None, prog: str = "gpupack") -> int:
     """Entry point of the `gpupack` console script."""
