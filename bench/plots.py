@@ -22,6 +22,7 @@ class LineStyle(TypedDict):
 
     color: ColorType
     linewidth: float
+    linestyle: str
     marker: str
     markersize: float
     markevery: int | tuple[int, int]
@@ -31,12 +32,16 @@ class LineStyle(TypedDict):
 def line_style(name: str, index: int, points: int) -> LineStyle:
     """Matplotlib keywords for series `name`: gpupack stands out; the others differ by colour and marker."""
     every = max(1, points // 8)
-    if name.startswith(HIGHLIGHT):
-        return {"color": HIGHLIGHT_COLOUR, "linewidth": 2.4, "marker": "o", "markersize": 5,
+    if name.startswith(HIGHLIGHT) and not name.startswith(f"{HIGHLIGHT}["):
+        return {"color": HIGHLIGHT_COLOUR, "linewidth": 2.4, "linestyle": "-", "marker": "o", "markersize": 5,
                 "markevery": every, "zorder": 10}  # fmt: skip
+    if name.startswith(f"{HIGHLIGHT}["):  # gpupack with other weights: its colour, told apart by dashes
+        return {"color": HIGHLIGHT_COLOUR, "linewidth": 1.8, "linestyle": "--", "marker": "X", "markersize": 5,
+                "markevery": (every // 2, every), "zorder": 9}  # fmt: skip
     colours = [c for i, c in enumerate(matplotlib.color_sequences["tab10"]) if i != 3]  # 3: red
-    return {"color": colours[index % len(colours)], "linewidth": 1.2, "marker": MARKERS[index % len(MARKERS)],
-            "markersize": 4, "markevery": (index % every, every), "zorder": 2 + index * 0.01}  # fmt: skip
+    return {"color": colours[index % len(colours)], "linewidth": 1.2, "linestyle": "-",
+            "marker": MARKERS[index % len(MARKERS)], "markersize": 4, "markevery": (index % every, every),
+            "zorder": 2 + index * 0.01}  # fmt: skip
 
 
 def highlight_last(names: Sequence[str]) -> list[int]:

@@ -345,6 +345,10 @@ def test_gpupack_is_drawn_last_thick_and_in_its_own_colour() -> None:
     others = {plots.line_style(n, i, 100)["color"] for i, n in enumerate(["a", "b", "c", "d", "e", "f"])}
     assert mine["color"] not in others and len(others) == 6
     assert len({plots.line_style(n, i, 100)["marker"] for i, n in enumerate(["a", "b", "c"])} | {"o"}) == 4
+    variant = plots.line_style("gpupack[spot_avoid=0]", 2, 100)
+    assert variant["linestyle"] == "--" and variant["marker"] != mine["marker"]  # told apart from gpupack
+    assert variant["zorder"] < mine["zorder"]
+    assert plots.line_style("gpupack, seed 43", 3, 100) == mine  # a seed of gpupack is gpupack
 
 
 def test_allocation_curves_can_draw_every_seed(tmp_path: Path) -> None:
