@@ -476,13 +476,13 @@ def run_stream(
     assert_same_arrays(empty, snapshot(inv), ignore=COUNTERS)
 
 
-# fewest decisions per path in one policy's 150 examples (500-800 decisions; gpupack's runs gave share
-# 94-169, whole GPUs 70-121, static MIG 20-41, dynamic MIG 37-75, CPU only 77-168, infeasible 29-35 %),
-# so a generator change that starves a path fails here instead of passing quietly
+# fewest decisions per path in one policy's 150 examples (derandomized, ~700 decisions per policy: share
+# 122, whole GPUs 116-126, static MIG 7 and more, dynamic MIG 18-30, CPU only 120, infeasible ~30 %), so
+# a generator change that starves a path fails here instead of passing quietly
 MIN_PATHS = {
     "share": 25,
     "whole GPUs": 25,
-    "static MIG": 8,
+    "static MIG": 5,
     "dynamic MIG": 15,
     "CPU only": 30,
     "infeasible": 20,
@@ -494,7 +494,10 @@ MIN_PATHS = {
 def test_engine_matches_reference(policy_name: str) -> None:
     paths: Counter[str] = Counter()
 
-    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    # derandomized: the same 150 examples every run, so the per-path floors below hold or fail for a
+    # change in the code or the generator, never for the luck of the draw (a random run once drew 51 %
+    # infeasible requests for gpupack-tuned)
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
     @given(case=scenario())
     def agree(case: tuple[list[NodeFacts], list[PodRequest], int]) -> None:
         nodes, stream, seed = case
