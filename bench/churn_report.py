@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
 from gpupack.bench import plots
 from gpupack.bench.markdown import Table
-from gpupack.bench.sections import Result, Section, compare, group, median, per_seed, run_of
+from gpupack.bench.sections import (
+    Result,
+    Section,
+    compare,
+    group,
+    mean_per_profile_table,
+    median,
+    per_seed,
+    run_of,
+)
 
 REFERENCES = ("fgd",)  # given the mix in advance: shown for reference, not one of the baselines to beat
 SUMMARY_COLUMNS = (
@@ -48,7 +56,9 @@ def churn_section(results: Sequence[Result], policies: Sequence[str], out: Path)
     section.tables = {
         "churn": table,
         "churn_per_seed": _per_seed_table(by, present),
-        "churn_rejected_by_profile": _by_profile_table(by, present),
+        "churn_rejected_by_profile": mean_per_profile_table(
+            "rejected pods (mean per seed)", {p: [run_of(r)["rejected_by_profile"] for r in by[(p,)]] for p in present}
+        ),
     }
     metric = {key: {p: per_seed(by[(p,)], partial(summary_value, key=key)) for p in present}
               for key in ("rejected", "mean_stranded_gpus", *placeable)}  # fmt: skip
@@ -83,28 +93,6 @@ def _per_seed_table(by: dict[tuple[object, ...], list[Result]], policies: Sequen
         fewest = mine is not None and all((v := rejected[p].get(seed)) is not None and mine < v for p in others)
         table.add(seed, *row, fewest)
     return table
-
-
-def _by_profile_table(by: dict[tuple[object, ...], list[Result]], policies: Sequence[str]) -> Table:
-    """Rejected pods per profile, mean per seed."""
-    means: dict[str, dict[str, float]] = {}
-    for policy in policies:
-        runs = by[(policy,)]
-        totals: dict[str, int] = defaultdict(int)
-        for r in runs:
-            for profile, count in run_of(r)["rejected_by_profile"].items():
-                totals[profile] += count
-        means[policy] = {profile: round(count / len(runs), 1) for profile, count in totals.items()}
-    profiles = sorted({p for m in means.values() for p in m}, key=_size_order)
-    table = Table(["rejected pods (mean per seed)", *policies])
-    for profile in profiles:
-        table.add(profile, *[means[p].get(profile, 0) for p in policies])
-    return table
-
-
-def _size_order(profile: str) -> tuple[int, str]:
-    head = profile.split("g.", 1)[0]
-    return (int(head), profile) if head.isdigit() else (99, profile)
 
 
 def _plots(section: Section, by: dict[tuple[object, ...], list[Result]], policies: Sequence[str], out: Path) -> None:

@@ -8,7 +8,7 @@ gpupack is not better.
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -139,7 +139,7 @@ def mig_section(results: Sequence[Result], labels: Sequence[str], out: Path) -> 
             "stranded % of GPUs",
         ]
     )
-    failed: dict[str, dict[str, float]] = {}
+    failed: dict[str, list[Mapping[str, int]]] = {}
     alloc: dict[str, PerSeed] = {}
     stranded: dict[str, PerSeed] = {}
     for label in labels:
@@ -157,15 +157,8 @@ def mig_section(results: Sequence[Result], labels: Sequence[str], out: Path) -> 
             median(s["stranded"] for s in strand),
             median(stranded[label].values()),
         )
-        totals: dict[str, int] = defaultdict(int)
-        for r in runs:
-            for profile, count in r["failed_by_profile"].items():
-                totals[profile] += count
-        failed[label] = {p: round(c / len(runs), 1) for p, c in totals.items()}
-    profiles = sorted({p for f in failed.values() for p in f}, key=_profile_order)
-    by_profile = Table(["failed pods (mean per seed)", *failed])
-    for profile in profiles:
-        by_profile.add(profile, *[failed[label].get(profile, 0) for label in failed])
+        failed[label] = [r["failed_by_profile"] for r in runs]
+    by_profile = mean_per_profile_table("failed pods (mean per seed)", failed)
     section.tables = {"mig": table, "mig_failed_by_profile": by_profile}
     compare(section, "MIG, compute-slice allocation % at arrived 100 %", alloc, higher_is_better=True)
     compare(section, "MIG, stranded GPUs % (free slices no pending profile fits)", stranded, higher_is_better=False)
@@ -200,9 +193,25 @@ def mig_section(results: Sequence[Result], labels: Sequence[str], out: Path) -> 
     return section
 
 
-def _profile_order(label: str) -> tuple[int, str]:
+def profile_order(label: str) -> tuple[int, str]:
+    """MIG profiles smallest first (`1g.10gb` before `7g.80gb`); anything else after them."""
     head = label.split("g.", 1)[0].split(" ", 1)[0]
     return (int(head), label) if head.isdigit() else (99, label)
+
+
+def mean_per_profile_table(title: str, counts: Mapping[str, Sequence[Mapping[str, int]]]) -> Table:
+    """One row per MIG profile, one column per label: the label's count per run (`counts[label]`, one
+    mapping of profile -> count per run), as a mean over its runs."""
+    means: dict[str, dict[str, float]] = {}
+    for label, runs in counts.items():
+        totals: Counter[str] = Counter()
+        for run in runs:
+            totals.update(run)
+        means[label] = {profile: round(count / len(runs), 1) for profile, count in totals.items()}
+    table = Table([title, *means])
+    for profile in sorted({p for m in means.values() for p in m}, key=profile_order):
+        table.add(profile, *[means[label].get(profile, 0) for label in means])
+    return table
 
 
 # ----------------------------------------------------------------------------- NVLink

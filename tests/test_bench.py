@@ -421,3 +421,12 @@ def test_only_runs_the_named_sections_and_the_cache_runs_each_job_once(tmp_path:
     assert [r["value"] for r in report.run_jobs(again, 1, cache=tmp_path / "cache")] == [0, 1, 2, 3]
     assert CALLS == [0, 1, 2, 3]  # the first three came from the cache
     assert main(["bench", "--only", "churn,nope"]) == 2
+
+
+def test_mean_per_profile_table_averages_each_labels_runs_smallest_profile_first() -> None:
+    from gpupack.bench.sections import mean_per_profile_table
+
+    counts = {"gpupack": [{"7g.80gb": 1, "1g.10gb": 4}, {"1g.10gb": 1}], "fgd": [{"3g.40gb": 3}]}
+    table = mean_per_profile_table("failed pods (mean per seed)", counts)
+    assert table.columns == ["failed pods (mean per seed)", "gpupack", "fgd"]
+    assert table.rows == [["1g.10gb", 2.5, 0], ["3g.40gb", 0, 3.0], ["7g.80gb", 0.5, 0]]
