@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -76,7 +77,7 @@ class Decision:
     """The chosen node and placement (None when nothing fits), with every node's verdict and score."""
 
     placement: Placement | None
-    rows: np.ndarray  # inventory rows the verdicts and scores refer to (the candidates)
+    candidates: np.ndarray  # bool per inventory row: the rows the verdicts and scores refer to
     verdicts: np.ndarray  # per inventory row: NOT_CANDIDATE for every row outside `rows`
     scores: np.ndarray
     names: list[str | None]
@@ -85,6 +86,11 @@ class Decision:
     @property
     def node(self) -> str | None:
         return self.placement.node if self.placement else None
+
+    @cached_property
+    def rows(self) -> np.ndarray:
+        """The candidates' inventory rows (a simulator never asks, so it is found on first use)."""
+        return np.flatnonzero(self.candidates)
 
     def reasons(self) -> dict[str, str]:
         """Why each infeasible candidate was rejected, by node name (not the unresolvable ones)."""
@@ -149,19 +155,31 @@ class RequestArrays:
         self.scalars[REQ_MILLI] = request.milli
         self.scalars[REQ_INTERRUPTIBLE] = int(request.interruptible)
         self.scalars[REQ_INSTANCES] = n_inst
-        self.shapes = np.full((max(n_inst, 1), MAX_MODELS), -1, dtype=np.int64)
-        self.me = np.zeros(max(n_inst, 1), dtype=np.bool_)
-        for q, profile in enumerate(self.instances):
-            if not any(_has_profile(family, profile) for family in FAMILIES.values()):
-                raise RequestError(f"MIG profile {profile!r} exists on no known GPU model")
-            self.me[q] = profile.endswith("+me")
-            for mid, model in enumerate(inventory.models):
-                if model.mig_family is not None and _has_profile(model.mig_family, profile):
-                    self.shapes[q, mid] = resolve_profile(model.mig_family, profile)[0]
+        self.shapes, self.me = _NO_SHAPES, _NO_ME  # read only by the kernels: shared while no MIG is asked
+        if n_inst:
+            self.shapes, self.me = _mig_shapes(self.instances, inventory)
         self.allowed = inventory.model_ids_for(request.allowed_products)
         self.width = max(n_inst, request.gpus, 1)
         # the kernel's `request` tuple (scoring.layout.REQUEST_*)
         self.kernel = (self.scalars, self.shapes, self.me, self.allowed)
+
+
+_NO_SHAPES = np.full((1, MAX_MODELS), -1, dtype=np.int64)
+_NO_ME = np.zeros(1, dtype=np.bool_)
+
+
+def _mig_shapes(instances: list[str], inventory: Inventory) -> tuple[np.ndarray, np.ndarray]:
+    """(shape id per instance and model id, -1 where the model lacks the profile; +me per instance)."""
+    shapes = np.full((len(instances), MAX_MODELS), -1, dtype=np.int64)
+    me = np.zeros(len(instances), dtype=np.bool_)
+    for q, profile in enumerate(instances):
+        if not any(_has_profile(family, profile) for family in FAMILIES.values()):
+            raise RequestError(f"MIG profile {profile!r} exists on no known GPU model")
+        me[q] = profile.endswith("+me")
+        for mid, model in enumerate(inventory.models):
+            if model.mig_family is not None and _has_profile(model.mig_family, profile):
+                shapes[q, mid] = resolve_profile(model.mig_family, profile)[0]
+    return shapes, me
 
 
 def _empty_sums(nodes: int, types: int) -> tuple[np.ndarray, ...]:
@@ -178,17 +196,27 @@ def _empty_sums(nodes: int, types: int) -> tuple[np.ndarray, ...]:
         np.zeros(nodes, dtype=np.int64),
         np.zeros((nodes, MAX_GPUS + 1), dtype=np.int64),
         np.full((nodes, MAX_GPUS + 1), -1.0, dtype=np.float64),
+        np.zeros(nodes, dtype=np.bool_),
     )
 
 
 def _empty_memo(nodes: int) -> tuple[np.ndarray, ...]:
     """`schedule`'s per-node memo, all invalid: its per-node columns `scoring.layout.MEMO_STAMP` ..
-    `MEMO_SCORE` (`Engine.memo` adds the current epoch and maxima)."""
+    `MEMO_SCORE` (`Engine.memo` adds the current epoch and maxima, and the class memo)."""
     return (
         np.full(nodes, -1, dtype=np.int64),
         np.full(nodes, -1, dtype=np.int64),
         np.zeros(nodes, dtype=np.int8),
         np.zeros(nodes, dtype=np.float64),
+    )
+
+
+def _empty_class_memo(classes: int) -> tuple[np.ndarray, ...]:
+    """`schedule`'s per-class memo, all invalid: `scoring.layout.MEMO_CLASS_EPOCH` .. `MEMO_CLASS_SCORE`."""
+    return (
+        np.full(classes, -1, dtype=np.int64),
+        np.zeros(classes, dtype=np.int8),
+        np.zeros(classes, dtype=np.float64),
     )
 
 
@@ -220,11 +248,17 @@ class Engine:
         self._weights_version = 0
         self._scratch: tuple[np.ndarray, ...] | None = None
         self._memo = _empty_memo(0)
+        self._class_memo = _empty_class_memo(0)
         self._memo_epoch = np.zeros(1, dtype=np.int64)  # the current epoch, and the maxima it was for
         self._memo_maxima = np.full(2, np.nan)
-        self._memo_key: tuple | None = None
+        self._memo_key: tuple[RequestArrays, tuple] | None = None
         self._last_arrays: tuple[PodRequest, int, RequestArrays] | None = None
         self._defaults = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))  # rank, noise
+        # the kernel's argument tuples as views of the arrays above and the inventory's, kept while the
+        # key beside each holds: building them is most of a decision's Python time
+        self._inputs: tuple[tuple, tuple[tuple, tuple, tuple]] | None = None
+        self._sums_view: tuple[tuple, tuple] | None = None
+        self._memo_view: tuple[tuple, tuple] | None = None
 
     def mix_arrays(self) -> tuple:
         """The policy mix as kernel arrays, rebuilt only when the mix or the model table changed."""
@@ -248,7 +282,10 @@ class Engine:
         stamp, sums = self._sums_cache[0], self._sums_cache[1]
         if len(stamp) < n or sums.shape[1] != types:
             self._sums_cache = _empty_sums(max(n, 2 * len(stamp)), types)
-        return (*(array[:n] for array in self._sums_cache), self._weights_version)
+        key = (n, id(self._sums_cache), self._weights_version)
+        if self._sums_view is None or self._sums_view[0] != key:
+            self._sums_view = (key, (*(array[:n] for array in self._sums_cache), self._weights_version))
+        return self._sums_view[1]
 
     def request_arrays(self, request: PodRequest) -> RequestArrays:
         """`request` laid out for the kernels; the last one is kept (pods often come in runs of one shape)."""
@@ -259,20 +296,25 @@ class Engine:
         return held[2]
 
     def memo(self, arrays: RequestArrays) -> tuple:
-        """`schedule`'s per-node memo; a new epoch when the request, the policy or the mix weights
-        changed since the last call (call `mix_arrays` first)."""
-        n = self.inventory.size
+        """`schedule`'s memo; a new epoch when the request, the policy, the mix weights or the model
+        table changed since the last call (call `mix_arrays` first)."""
+        inventory = self.inventory
+        n = inventory.size
         if len(self._memo[0]) < n:
             self._memo = _empty_memo(max(n, 2 * len(self._memo[0])))
+        if len(self._class_memo[0]) < inventory.class_count:
+            self._class_memo = _empty_class_memo(max(inventory.class_count, 2 * len(self._class_memo[0])))
         policy = self.policy
-        key = (
-            arrays.scalars.tobytes(), arrays.shapes.tobytes(), arrays.me.tobytes(), arrays.allowed.tobytes(),
-            policy.rules.tobytes(), policy.params.tobytes(), self._weights_version,
-        )  # fmt: skip
-        if key != self._memo_key:
-            self._memo_key = key
+        # `arrays` is remade whenever the request or the model table changes (`request_arrays`)
+        key = (policy.rules.tobytes(), policy.params.tobytes(), self._weights_version)
+        if self._memo_key is None or self._memo_key[0] is not arrays or self._memo_key[1] != key:
+            self._memo_key = (arrays, key)
             self._memo_epoch[0] += 1
-        return (*(array[:n] for array in self._memo), self._memo_epoch, self._memo_maxima)
+        view_key = (n, id(self._memo), id(self._class_memo))
+        if self._memo_view is None or self._memo_view[0] != view_key:
+            per_node = tuple(array[:n] for array in self._memo)
+            self._memo_view = (view_key, (*per_node, self._memo_epoch, self._memo_maxima, *self._class_memo))
+        return self._memo_view[1]
 
     def scratch(self, types: int, width: int) -> tuple[np.ndarray, ...]:
         """The kernel's working arrays, remade only when the mix or the request width outgrows them."""
@@ -283,21 +325,12 @@ class Engine:
 
     def kernel_inputs(self) -> tuple[tuple, tuple, tuple]:
         """(node arrays, GPU arrays, model arrays) as the kernels take them (`scoring.layout`: NODE_*,
-        GPU_*, MODEL_*)."""
+        GPU_*, MODEL_*): views of the inventory's arrays, remade when it grows."""
         inv = self.inventory
-        n = inv.size
-        g = n * MAX_GPUS
-        nodes = (
-            inv.node_active[:n], inv.node_cpu_free[:n], inv.node_mem_free[:n], inv.node_pods_free[:n],
-            inv.node_model[:n], inv.node_mig_mode[:n], inv.node_gpu_count[:n], inv.node_spot[:n],
-            inv.node_price[:n], inv.node_cpu_cap[:n], inv.node_mem_cap[:n], inv.node_pods_cap[:n],
-            inv.node_tags[: n * (MAX_GPUS + 1)], inv.node_version[:n],
-        )  # fmt: skip
-        gpus = (
-            inv.gpu_milli_free[:g], inv.gpu_whole[:g], inv.gpu_slices[:g], inv.gpu_compute[:g], inv.gpu_me[:g],
-            inv.gpu_static[:g], inv.gpu_static_used[:g], inv.gpu_numa[:g], inv.gpu_link[: g * MAX_GPUS],
-        )  # fmt: skip
-        return nodes, gpus, (inv.model_memory, inv.model_compute)
+        key = (inv.size, inv.storage_version)
+        if self._inputs is None or self._inputs[0] != key:
+            self._inputs = (key, _inventory_views(inv))
+        return self._inputs[1]
 
     def candidate_mask(self, candidates: Sequence[str] | np.ndarray | None) -> np.ndarray:
         """Rows allowed by the caller: every active node when None, a boolean mask over the inventory's
@@ -349,7 +382,7 @@ class Engine:
         if best >= 0:
             placement = self._placement(int(best), int(slots), arrays, best_gpu, best_start)
         names = self.inventory.names
-        return Decision(placement, np.flatnonzero(mask), verdicts, scores, names, (self.inventory, arrays))
+        return Decision(placement, mask, verdicts, scores, names, (self.inventory, arrays))
 
     def _placement(
         self, row: int, slots: int, arrays: RequestArrays, gpu: np.ndarray, start: np.ndarray
@@ -360,6 +393,23 @@ class Engine:
         """Tell a learning policy about a request it has been asked to place."""
         if self.policy.learns:
             self.policy.mix.observe(request)
+
+
+def _inventory_views(inv: Inventory) -> tuple[tuple, tuple, tuple]:
+    """The inventory's rows in use as the kernels' (nodes, gpus, models) tuples."""
+    n = inv.size
+    g = n * MAX_GPUS
+    nodes = (
+        inv.node_active[:n], inv.node_cpu_free[:n], inv.node_mem_free[:n], inv.node_pods_free[:n],
+        inv.node_model[:n], inv.node_mig_mode[:n], inv.node_gpu_count[:n], inv.node_spot[:n],
+        inv.node_price[:n], inv.node_cpu_cap[:n], inv.node_mem_cap[:n], inv.node_pods_cap[:n],
+        inv.node_tags[: n * (MAX_GPUS + 1)], inv.node_version[:n], inv.node_class[:n],
+    )  # fmt: skip
+    gpus = (
+        inv.gpu_milli_free[:g], inv.gpu_whole[:g], inv.gpu_slices[:g], inv.gpu_compute[:g], inv.gpu_me[:g],
+        inv.gpu_static[:g], inv.gpu_static_used[:g], inv.gpu_numa[:g], inv.gpu_link[: g * MAX_GPUS],
+    )  # fmt: skip
+    return nodes, gpus, (inv.model_memory, inv.model_compute)
 
 
 def build_placement(

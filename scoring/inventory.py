@@ -59,6 +59,9 @@ class Inventory:
         self._version_clock = 0
         self.layout_version = 0  # changes whenever a name moves to or from a row
         self._name_index: tuple[int, NameIndex] | None = None
+        self._allowed: dict[frozenset[str] | None, tuple[int, np.ndarray]] = {}  # model_ids_for's answers
+        self._classes: dict[tuple, int] = {}  # a node's class key (`_class_key`) -> its NODE_CLASS id
+        self.storage_version = 0  # changes whenever the arrays are reallocated (views of them go stale)
         self._allocate(capacity)
 
     # ----------------------------------------------------------------- storage
@@ -78,6 +81,7 @@ class Inventory:
         self.node_price = np.full(capacity, np.nan, dtype=np.float64)
         # bumped on every change of a node, so kernels can cache per-node sums
         self.node_version = np.zeros(capacity, dtype=np.int64)
+        self.node_class = np.zeros(capacity, dtype=np.int64)  # same class: same hardware, capacity and price
         # pods by GPU tag (0: shares, k: pods of k whole GPUs), for the GpuClustering baseline
         self.node_tags = np.zeros(capacity * (MAX_GPUS + 1), dtype=np.int32)
         self.gpu_milli_free = np.zeros(g, dtype=np.int32)  # 1000 = untouched
@@ -93,6 +97,7 @@ class Inventory:
         self.gpu_static_used = np.zeros(g, dtype=np.int32)  # static MIG: instances in use
         self.gpu_numa = np.zeros(g, dtype=np.int32)
         self.gpu_link = np.zeros(g * MAX_GPUS, dtype=np.int32)  # row g: NVLink count to each peer
+        self.storage_version += 1
 
     def _grow(self) -> None:
         old = {name: value for name, value in vars(self).items() if isinstance(value, np.ndarray)}
@@ -103,6 +108,27 @@ class Inventory:
                 getattr(self, name)[: len(value)] = value
             else:
                 setattr(self, name, value)
+
+    @property
+    def class_count(self) -> int:
+        """Node classes given out so far (NODE_CLASS ids are below it)."""
+        return len(self._classes)
+
+    def _classify(self, row: int) -> None:
+        """Give row `row` the class of every node with the same hardware, capacity, price and spot: the
+        kernels score one pristine node of a class for all of them."""
+        facts = self.facts[row]
+        assert facts is not None
+        gpus = slice(row * MAX_GPUS, (row + 1) * MAX_GPUS)
+        static = int(self.node_mig_mode[row]) == MigMode.STATIC
+        model = self.models[int(self.node_model[row])]
+        key = (
+            model.product, model.memory_mib, int(self.node_mig_mode[row]), int(self.node_gpu_count[row]),
+            facts.spot, facts.hourly_cost, facts.cpu_milli, facts.memory_bytes, facts.pods,
+            self.gpu_static[gpus].tobytes(), self.gpu_me[gpus].tobytes() if static else b"",
+            self.gpu_numa[gpus].tobytes(), self.gpu_link[gpus.start * MAX_GPUS : gpus.stop * MAX_GPUS].tobytes(),
+        )  # fmt: skip
+        self.node_class[row] = self._classes.setdefault(key, len(self._classes))
 
     @property
     def size(self) -> int:
@@ -164,14 +190,18 @@ class Inventory:
         self._free_model_ids.append(mid)
 
     def model_ids_for(self, products: frozenset[str] | None) -> np.ndarray:
-        """Boolean mask over model ids allowed by a product constraint (None allows all)."""
-        allowed = np.zeros(MAX_MODELS, dtype=np.bool_)
-        if products is None:
-            allowed[:] = True
-            return allowed
+        """Boolean mask over model ids allowed by a product constraint (None allows all); the same array
+        for the same constraint while the model table is unchanged, so it must not be written to."""
+        held = self._allowed.get(products)
+        if held is not None and held[0] == self.models_version:
+            return held[1]
+        allowed = np.full(MAX_MODELS, products is None, dtype=np.bool_)
         for mid, model in enumerate(self.models):
-            if model.product in products:
+            if products is not None and model.product in products:
                 allowed[mid] = True
+        if len(self._allowed) >= 256:  # constraints seen long ago are dropped
+            self._allowed.clear()
+        self._allowed[products] = (self.models_version, allowed)
         return allowed
 
     # ----------------------------------------------------------------- nodes
@@ -221,6 +251,7 @@ class Inventory:
         self.gpu_me[span] = static_me
         self.gpu_numa[span] = numa
         self.gpu_link[base * MAX_GPUS : (base + MAX_GPUS) * MAX_GPUS] = links
+        self._classify(row)
         return row
 
     def _gpu_state_for(self, facts: NodeFacts) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -305,6 +336,7 @@ class Inventory:
         self.node_spot[row] = facts.spot
         self.node_price[row] = facts.hourly_cost if facts.hourly_cost is not None else np.nan
         self.facts[row] = facts
+        self._classify(row)
         self._touch(row)
 
     def remove_node(self, name: str) -> None:
@@ -381,14 +413,17 @@ class Inventory:
     def _slot_changes(self, row: int, placement: Placement, taking: bool) -> list[tuple[np.ndarray, slice, np.ndarray]]:
         """The array writes a placement makes (the node's GPUs, whole), checked on a scratch copy of them."""
         rows = self.gpu_rows(row)
+        # shares and whole GPUs change only free milli and the whole flag: the MIG arrays are passed
+        # as they are (nothing writes them) and not written back
+        mig = any(slot.mig for slot in placement.slots)
         copies = _GpuCopies(
             milli=self.gpu_milli_free[rows].copy(),
             whole=self.gpu_whole[rows].copy(),
-            slices=self.gpu_slices[rows].copy(),
-            compute=self.gpu_compute[rows].copy(),
-            me=self.gpu_me[rows].copy(),
-            starts=self.gpu_starts[rows].copy(),
-            static_used=self.gpu_static_used[rows].copy(),
+            slices=self.gpu_slices[rows].copy() if mig else self.gpu_slices[rows],
+            compute=self.gpu_compute[rows].copy() if mig else self.gpu_compute[rows],
+            me=self.gpu_me[rows].copy() if mig else self.gpu_me[rows],
+            starts=self.gpu_starts[rows].copy() if mig else self.gpu_starts[rows],
+            static_used=self.gpu_static_used[rows].copy() if mig else self.gpu_static_used[rows],
             static=self.gpu_static[rows],
             mode=MigMode(int(self.node_mig_mode[row])),
             family=self.models[int(self.node_model[row])].mig_family,
@@ -405,6 +440,8 @@ class Inventory:
                 copies.change_share(slot)
             else:
                 copies.change_whole(slot.index)
+        if not mig:
+            return [(self.gpu_milli_free, rows, copies.milli), (self.gpu_whole, rows, copies.whole)]
         return [
             (self.gpu_milli_free, rows, copies.milli),
             (self.gpu_whole, rows, copies.whole),

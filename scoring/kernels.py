@@ -47,6 +47,7 @@ from gpupack.scoring.layout import (
     CACHE_FREE_MASK,
     CACHE_HOSTS,
     CACHE_PLAIN_MASK,
+    CACHE_PRISTINE,
     CACHE_SET,
     CACHE_STAMP,
     CACHE_TOPO,
@@ -78,6 +79,9 @@ from gpupack.scoring.layout import (
     MAX_GPUS,
     MAX_SPEC_CPU,
     MAX_SPEC_GPU,
+    MEMO_CLASS_EPOCH,
+    MEMO_CLASS_SCORE,
+    MEMO_CLASS_VERDICT,
     MEMO_CURRENT,
     MEMO_EPOCH,
     MEMO_MAXIMA,
@@ -103,6 +107,7 @@ from gpupack.scoring.layout import (
     NO_POD_SLOT,
     NO_PROFILE,
     NODE_ACTIVE,
+    NODE_CLASS,
     NODE_CPU_CAP,
     NODE_CPU_FREE,
     NODE_GPU_COUNT,
@@ -804,6 +809,7 @@ def node_state(n, geometry, nodes, gpus, mix, cache, scratch, uses_frag):
         cache_topo = cache[CACHE_TOPO]
         for size in range(MAX_GPUS + 1):
             cache_topo[n, size] = -1.0
+        cache[CACHE_PRISTINE][n] = is_pristine(n, geometry, nodes, gpus)
         cache[CACHE_STAMP][n] = nodes[NODE_VERSION][n]
     else:
         free = cache[CACHE_FREE][n]
@@ -822,6 +828,27 @@ def node_state(n, geometry, nodes, gpus, mix, cache, scratch, uses_frag):
             cache[CACHE_FRAG][n] = frag
             cache[CACHE_WEIGHTS_STAMP][n] = weights_version
     return free, free_mask, plain_mask, frag
+
+
+@per_node
+def is_pristine(n, geometry, nodes, gpus):
+    """Whether nothing runs on node n: all its capacity free, every GPU untouched (a static MIG layout's
+    +me marks are hardware, not use). Such nodes of one class (NODE_CLASS) are alike in every way a
+    kernel reads."""
+    model, mode, compute_total, base, count = geometry
+    if (nodes[NODE_CPU_FREE][n] != nodes[NODE_CPU_CAP][n] or nodes[NODE_MEM_FREE][n] != nodes[NODE_MEM_CAP][n]
+            or nodes[NODE_PODS_FREE][n] != nodes[NODE_PODS_CAP][n]):
+        return False
+    tags = nodes[NODE_TAGS]
+    for t in range(n * (MAX_GPUS + 1), (n + 1) * (MAX_GPUS + 1)):
+        if tags[t] != 0:
+            return False
+    for i in range(base, base + count):
+        if (gpus[GPU_MILLI][i] != FULL_MILLI or gpus[GPU_WHOLE][i] or gpus[GPU_SLICES][i] != 0
+                or gpus[GPU_COMPUTE][i] != 0 or gpus[GPU_STATIC_USED][i] != 0
+                or (mode != MODE_STATIC and gpus[GPU_ME][i] != 0)):
+            return False
+    return True
 
 
 @per_node
@@ -1208,6 +1235,9 @@ def evaluate_node(n, nodes, gpus, models, request, ask, mix, policy, noise, max_
 # not scored again; when it wins, it alone is scored once more after the loop, for its placement.
 # kube-scheduler sends the same candidates pod after pod and a decision changes one node, so nearly
 # every node is read from the memo. A policy whose GPU choice draws on `noise` (PICK_RANDOM) bypasses it.
+# A simulator's request changes from pod to pod, and with it the epoch; but a pristine node (nothing
+# runs on it) scores as every pristine node of its class does, so one of them is scored per class and
+# epoch (the class memo) and the others read it: early in a run that is most of the cluster.
 @per_node
 def memo_epoch(memo, max_price, max_memory):
     """The memo's current epoch; a new one when the candidates' price or memory maxima changed (the
@@ -1234,6 +1264,21 @@ def memo_store(memo, n, version, epoch, verdict, score):
     memo[MEMO_EPOCH][n] = epoch
     memo[MEMO_VERDICT][n] = verdict
     memo[MEMO_SCORE][n] = score
+
+
+@per_node
+def class_memo_holds(memo, cache, n, version, cls, epoch):
+    """Whether node n is pristine as of its version and a pristine node of its class was scored this epoch."""
+    return cache[CACHE_STAMP][n] == version and cache[CACHE_PRISTINE][n] and memo[MEMO_CLASS_EPOCH][cls] == epoch
+
+
+@per_node
+def class_memo_store(memo, cache, n, version, cls, epoch, verdict, score):
+    """Keep node n's verdict and score for its whole class when n is pristine (its cache is current)."""
+    if cache[CACHE_STAMP][n] == version and cache[CACHE_PRISTINE][n]:
+        memo[MEMO_CLASS_EPOCH][cls] = epoch
+        memo[MEMO_CLASS_VERDICT][cls] = verdict
+        memo[MEMO_CLASS_SCORE][cls] = score
 
 
 @per_node
@@ -1268,6 +1313,7 @@ def schedule(nodes, gpus, models, request, candidate, mix, policy, rank, noise, 
     """
     active = nodes[NODE_ACTIVE]
     version = nodes[NODE_VERSION]
+    node_class = nodes[NODE_CLASS]
     scores = out[OUT_SCORE]
     verdicts = out[OUT_VERDICT]
     max_price, max_memory = candidate_maxima(
@@ -1293,6 +1339,10 @@ def schedule(nodes, gpus, models, request, candidate, mix, policy, rank, noise, 
             verdicts[n] = NOT_CANDIDATE
             scores[n] = -np.inf
             continue
+        cls = node_class[n]
+        if (use_memo and step < n_nodes and not memo_holds(memo, n, version[n], epoch)
+                and class_memo_holds(memo, cache, n, version[n], cls, epoch)):
+            memo_store(memo, n, version[n], epoch, memo[MEMO_CLASS_VERDICT][cls], memo[MEMO_CLASS_SCORE][cls])
         if use_memo and step < n_nodes and memo_holds(memo, n, version[n], epoch):
             verdicts[n] = memo[MEMO_VERDICT][n]
             if memo[MEMO_VERDICT][n] != OK:
@@ -1310,6 +1360,7 @@ def schedule(nodes, gpus, models, request, candidate, mix, policy, rank, noise, 
         )
         if step < n_nodes:
             memo_store(memo, n, version[n], epoch, verdict, raw)
+            class_memo_store(memo, cache, n, version[n], cls, epoch, verdict, raw)
         verdicts[n] = verdict
         if verdict != OK:
             scores[n] = -np.inf

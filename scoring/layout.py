@@ -65,9 +65,11 @@ OK, NOT_CANDIDATE, NO_CPU, NO_MEMORY, NO_POD_SLOT, MODEL_NOT_ALLOWED, NO_GPU, NO
 NOT_MIG, NO_PROFILE, TOO_FEW_GPUS = range(9, 12)
 FIRST_UNRESOLVABLE, N_VERDICTS = NOT_MIG, 12
 
-# `nodes`: per node row n (N rows); tags is [N * (MAX_GPUS + 1)]: pods per GPU tag (GpuClustering)
+# `nodes`: per node row n (N rows); tags is [N * (MAX_GPUS + 1)]: pods per GPU tag (GpuClustering); class:
+# nodes of one class have the same hardware, capacity, price and spot (`Inventory.node_class`), so while
+# nothing runs on them they get the same verdict and score
 (NODE_ACTIVE, NODE_CPU_FREE, NODE_MEM_FREE, NODE_PODS_FREE, NODE_MODEL, NODE_MIG_MODE, NODE_GPU_COUNT, NODE_SPOT,
- NODE_PRICE, NODE_CPU_CAP, NODE_MEM_CAP, NODE_PODS_CAP, NODE_TAGS, NODE_VERSION) = range(14)  # fmt: skip
+ NODE_PRICE, NODE_CPU_CAP, NODE_MEM_CAP, NODE_PODS_CAP, NODE_TAGS, NODE_VERSION, NODE_CLASS) = range(15)  # fmt: skip
 
 # `gpus`: per GPU row (N * MAX_GPUS rows): free milli, taken whole, dynamic MIG memory-slice mask and
 # compute slices in use, +me marker (dynamic: 1 while a +me instance exists; static: placement-id mask
@@ -93,13 +95,16 @@ TASK_KIND, TASK_CPU, TASK_MEMORY, TASK_GPUS, TASK_MILLI = range(5)
 # `cache`: per node, kept while the node's version is unchanged: version stamp, per task type the units
 # the type cannot use and the GPUs that can host one unit of it [N, T], fragmentation and the weights
 # version it was computed for, free units, mask of untouched plain GPUs, mask of plain GPUs, best k-GPU
-# set [N, MAX_GPUS + 1] and its topology rating (-1: not computed); last, the current weights version
+# set [N, MAX_GPUS + 1] and its topology rating (-1: not computed), whether nothing runs on the node
+# (pristine); last, the current weights version
 (CACHE_STAMP, CACHE_UNUSABLE, CACHE_HOSTS, CACHE_FRAG, CACHE_WEIGHTS_STAMP, CACHE_FREE, CACHE_FREE_MASK,
- CACHE_PLAIN_MASK, CACHE_SET, CACHE_TOPO, CACHE_WEIGHTS_VERSION) = range(11)  # fmt: skip
+ CACHE_PLAIN_MASK, CACHE_SET, CACHE_TOPO, CACHE_PRISTINE, CACHE_WEIGHTS_VERSION) = range(12)  # fmt: skip
 
 # `memo`: per node: version stamp, epoch, verdict, score before the rank term; then the current
-# epoch [1] and the candidates' (highest price, largest GPU memory) it was for [2]
-MEMO_STAMP, MEMO_EPOCH, MEMO_VERDICT, MEMO_SCORE, MEMO_CURRENT, MEMO_MAXIMA = range(6)
+# epoch [1] and the candidates' (highest price, largest GPU memory) it was for [2]; then per node class
+# (NODE_CLASS) the epoch, verdict and score of a pristine node of that class
+(MEMO_STAMP, MEMO_EPOCH, MEMO_VERDICT, MEMO_SCORE, MEMO_CURRENT, MEMO_MAXIMA, MEMO_CLASS_EPOCH, MEMO_CLASS_VERDICT,
+ MEMO_CLASS_SCORE) = range(9)  # fmt: skip
 
 # `scratch` (`kernels.make_scratch`): sums of the node being changed [1, T] twice, its GPUs' state
 # [LOCAL_ROWS, MAX_GPUS], the current node's placement (GPU, MIG start, shape per slot), the ideal

@@ -725,7 +725,7 @@ def reference_decide(
         gpu = np.array(best_outcome.gpus, dtype=np.int32)
         start = np.array(best_outcome.starts, dtype=np.int32)
         placement = build_placement(inventory, best, len(best_outcome.gpus), arrays, gpu, start)
-    return Decision(placement, np.flatnonzero(mask), verdicts, scores, inventory.names, (inventory, arrays))
+    return Decision(placement, mask, verdicts, scores, inventory.names, (inventory, arrays))
 
 
 def _context(policy: PolicySpec, arrays: RequestArrays, nodes: list[Node]) -> _Context:
