@@ -55,14 +55,13 @@ def test_clones_agree_with_the_reference(policy_name: str) -> None:
 
 def test_a_class_is_the_same_hardware_capacity_and_price() -> None:
     base = NodeFacts("a", 64_000, 512 * GIB, gpu_product="NVIDIA-H100-80GB-HBM3", gpu_count=8, hourly_cost=60.0)
-    inv = Inventory()
-    rows = {
-        name: inv.add_node(dataclasses.replace(base, name=name, **change))
-        for name, change in {
-            "a": {}, "b": {}, "pricier": {"hourly_cost": 70.0}, "spot": {"spot": True}, "fewer": {"gpu_count": 4},
-            "linked": {"nvlink": [[0 if i == j else 1 for j in range(8)] for i in range(8)]},
-        }.items()
+    variants = {
+        "a": base, "b": base, "pricier": dataclasses.replace(base, hourly_cost=70.0),
+        "spot": dataclasses.replace(base, spot=True), "fewer": dataclasses.replace(base, gpu_count=4),
+        "linked": dataclasses.replace(base, nvlink=[[0 if i == j else 1 for j in range(8)] for i in range(8)]),
     }  # fmt: skip
+    inv = Inventory()
+    rows = {name: inv.add_node(dataclasses.replace(facts, name=name)) for name, facts in variants.items()}
     classes = {name: int(inv.node_class[row]) for name, row in rows.items()}
     assert classes["a"] == classes["b"]
     assert len({classes[name] for name in rows if name != "b"}) == len(rows) - 1
