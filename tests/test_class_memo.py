@@ -58,7 +58,7 @@ def test_a_class_is_the_same_hardware_capacity_and_price() -> None:
     variants = {
         "a": base, "b": base, "pricier": dataclasses.replace(base, hourly_cost=70.0),
         "spot": dataclasses.replace(base, spot=True), "fewer": dataclasses.replace(base, gpu_count=4),
-        "linked": dataclasses.replace(base, nvlink=[[0 if i == j else 1 for j in range(8)] for i in range(8)]),
+        "linked": dataclasses.replace(base, nvlink=tuple(tuple(int(i != j) for j in range(8)) for i in range(8))),
     }  # fmt: skip
     inv = Inventory()
     rows = {name: inv.add_node(dataclasses.replace(facts, name=name)) for name, facts in variants.items()}
