@@ -124,6 +124,7 @@ from gpupack.scoring.layout import (
     NOT_CANDIDATE,
     NOT_MIG,
     OK,
+    ORDER_MIN_NODES,
     OUT_GPU,
     OUT_SCORE,
     OUT_SHAPE,
@@ -1324,6 +1325,7 @@ def schedule(nodes, gpus, models, request, candidate, mix, policy, rank, noise, 
     use_memo = policy[POLICY_RULES][RULE_SHARE] != PICK_RANDOM
     order_weight = max(policy[POLICY_WEIGHTS][W_ORDER], 0.0)
     n_nodes = active.shape[0]
+    order_span = max(n_nodes, ORDER_MIN_NODES)
     best = -1
     best_slots = 0
     best_score = 0.0
@@ -1348,7 +1350,7 @@ def schedule(nodes, gpus, models, request, candidate, mix, policy, rank, noise, 
             if memo[MEMO_VERDICT][n] != OK:
                 scores[n] = -np.inf
                 continue
-            score = memo[MEMO_SCORE][n] - order_weight * rank[n] / n_nodes
+            score = memo[MEMO_SCORE][n] - order_weight * rank[n] / order_span
             scores[n] = score
             if beats(score, n, best, best_score, rank):
                 best = n
@@ -1365,7 +1367,7 @@ def schedule(nodes, gpus, models, request, candidate, mix, policy, rank, noise, 
         if verdict != OK:
             scores[n] = -np.inf
             continue
-        score = raw - order_weight * rank[n] / n_nodes  # consolidation (W_ORDER): keep filling early nodes
+        score = raw - order_weight * rank[n] / order_span  # consolidation (W_ORDER): keep filling early nodes
         scores[n] = score
         if step == n_nodes or beats(score, n, best, best_score, rank):
             best = n

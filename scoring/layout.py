@@ -54,6 +54,9 @@ N_PARTS = 13
 # and the step fragmentation growth is rounded to (GPUs; 0: not rounded)
 W_ORDER, FRAG_STEP = N_PARTS, N_PARTS + 1
 N_WEIGHTS = N_PARTS + 2
+# the rank term is W_ORDER * rank / max(nodes, ORDER_MIN_NODES): it spans W_ORDER GPUs over a large
+# cluster, and in a small one a rank step stays small beside model fit, topology and price
+ORDER_MIN_NODES = 100
 # what `gpupack explain` calls each part (the two spot parts never apply together)
 PART_NAMES = ("fragmentation", "packing", "topology", "model_fit", "spot", "spot", "cost", "fgd", "best-fit",
               "dot-product", "gpu-clustering", "gpu-packing", "kube-default")  # fmt: skip

@@ -32,7 +32,7 @@ class GpupackWeights(BaseModel):
 
     score = -fragmentation * (expected fragmentation added, GPUs)
             + packing * (node GPU use after placement, 0..1)   (busy nodes first: idle ones can drain)
-            - order * (rank of the node in a fixed order / nodes)  (keep filling the same nodes)
+            - order * (rank of the node in a fixed order / max(nodes, 100))  (keep filling the same nodes)
             + topology * (NVLink quality of a multi-GPU set, 0..1: 3/4 share of NVLinked pairs,
                           1/4 affinity against the best set the node could offer)
             - model_fit * (GPU memory of the node's model / largest in the cluster)
@@ -52,7 +52,7 @@ class GpupackWeights(BaseModel):
     spot: float = Field(0.5, ge=0, description="spot affinity of interruptible pods")
     spot_avoid: float = Field(5.0, ge=0, description="non-interruptible pods on spot: only when little else fits")
     price: float = Field(1.0, ge=0, description="avoid switching on expensive idle nodes")
-    order: float = Field(0.1, ge=0, description="prefer nodes early in a fixed order (consolidation), in GPUs")
+    order: float = Field(3.2, ge=0, description="prefer nodes early in a fixed order (consolidation), in GPUs")
     frag_step: float = Field(0.0, ge=0, description="round fragmentation growth to this many GPUs")
 
 

@@ -34,6 +34,7 @@ from gpupack.scoring.layout import (
     MAX_SPEC_GPU,
     MILLI_UNIT,
     N_PARTS,
+    ORDER_MIN_NODES,
     PART_NAMES,
     PICK_FGD,
     PICK_FIRST,
@@ -711,7 +712,7 @@ def reference_decide(
         score = outcome.score
         terms = dict(outcome.parts)
         if order_weight > 0.0:
-            order = order_weight * rank[row] / n  # consolidation along the fixed order
+            order = order_weight * rank[row] / max(n, ORDER_MIN_NODES)  # consolidation, along the fixed order
             terms["order"] = -float(order)
             score -= order
         if parts is not None and terms:
