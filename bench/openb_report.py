@@ -32,11 +32,11 @@ from gpupack.bench.sections import (
 TUNING_SEEDS = "0–41"
 TUNING = (
     "gpupack's default weights were first chosen on seeds 42–51 of the five original traces (default, "
-    "cpu050, gpushare40, gpuspec10, multigpu20), the seeds scored here, so on those five traces its figures "
-    f"carry that selection; since #15, ideas are measured on seeds {TUNING_SEEDS} only (`python -m "
-    "gpupack.bench.tune` refuses 42–51), and the alternatives tried there (docs/packing-experiments.md) did "
-    "not beat the defaults on every trace, so they were kept. The eight newer traces were never used to "
-    "choose them."
+    "cpu050, gpushare40, gpuspec10, multigpu20), the seeds scored here; since #15 they are chosen on seeds "
+    f"{TUNING_SEEDS} only (`python -m gpupack.bench.tune` refuses 42–51): the consolidation order went from "
+    "0.1 to 3.2 on seeds 0–13 of all 13 traces, checked on seeds 14–41 (docs/packing-experiments.md says "
+    "what else was tried). The other weights keep their earlier values, so on those five traces the "
+    "figures still carry that first selection."
 )
 
 SECONDS_GOAL = 2.0  # #15: the simulator decides one openb seed for gpupack within this on a 2-core machine
