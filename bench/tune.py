@@ -31,6 +31,7 @@ from gpupack.scoring.policies import GpupackArgs, PolicySpec, gpupack
 
 REPORT_SEEDS = frozenset(range(42, 52))
 FGD = "fgd"
+BASE = "base"  # a variant of this name is also compared with every other one
 
 
 def policy_for(variant: str, args_json: str, pods: list) -> PolicySpec:
@@ -91,8 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def report(table: dict[tuple[str, str], dict[int, float | None]], traces: list[str], variants: list[str]) -> str:
-    """Per trace and variant: median unallocated %, and gpupack − fgd paired (median, wins/losses/ties, p)."""
-    lines = [f"{'trace':<12} {'variant':<16} {'median':>7} {'vs fgd':>7} {'W/L/T':>8} {'p':>7}"]
+    """Per trace and variant: median unallocated %, and gpupack − fgd paired (median, wins/losses/ties, p);
+    then the same against the variant named `base`, when there is one."""
+    lines = [f"{'trace':<12} {'variant':<16} {'median':>7} {'vs fgd':>7} {'W/L/T':>8} {'p':>7}"
+             + (f" {'vs base':>7} {'W/L/T':>8} {'p':>7}" if BASE in variants else "")]  # fmt: skip
     sums: dict[str, list[float]] = {}
     for trace in traces:
         fgd = table[(trace, FGD)]
@@ -103,11 +106,18 @@ def report(table: dict[tuple[str, str], dict[int, float | None]], traces: list[s
             if variant == FGD:
                 lines.append(f"{trace:<12} {variant:<16} {med:7.3f}")
                 continue
-            pair = paired(mine, fgd, higher_is_better=False)
-            lines.append(f"{trace:<12} {variant:<16} {med:7.3f} {pair.median_diff:+7.2f} {pair.counts():>8} "
-                         f"{pair.p_value:7.3f}")  # fmt: skip
+            line = f"{trace:<12} {variant:<16} {med:7.3f}" + _paired_columns(mine, fgd)
+            if BASE in variants and variant != BASE:
+                line += _paired_columns(mine, table[(trace, BASE)])
+            lines.append(line)
     lines += [f"mean of medians {v:<16} {statistics.fmean(m):7.3f}" for v, m in sums.items()]
     return "\n".join(lines)
+
+
+def _paired_columns(mine: dict[int, float | None], other: dict[int, float | None]) -> str:
+    """mine − other paired by seed: median difference, wins/losses/ties, sign-test p."""
+    pair = paired(mine, other, higher_is_better=False)
+    return f" {pair.median_diff:+7.2f} {pair.counts():>8} {pair.p_value:7.3f}"
 
 
 if __name__ == "__main__":
