@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from gpupack.bench.tune import report
 
+Table = dict[tuple[str, str], dict[int, float | None]]
+
 
 def test_a_variant_is_compared_with_fgd_and_with_base() -> None:
     seeds = range(8)
-    table = {
+    table: Table = {
         ("t", "fgd"): {s: 5.0 for s in seeds},
         ("t", "base"): {s: 4.0 + 0.01 * s for s in seeds},  # below fgd on every seed
         ("t", "new"): {s: 4.5 for s in seeds},  # below fgd, above base, on every seed
@@ -21,7 +23,7 @@ def test_a_variant_is_compared_with_fgd_and_with_base() -> None:
 
 
 def test_without_base_only_fgd_is_compared() -> None:
-    table = {("t", "fgd"): {0: 5.0, 1: 5.0}, ("t", "new"): {0: 4.0, 1: 6.0}}
+    table: Table = {("t", "fgd"): {0: 5.0, 1: 5.0}, ("t", "new"): {0: 4.0, 1: 6.0}}
     lines = report(table, ["t"], ["fgd", "new"]).splitlines()
     assert "vs base" not in lines[0]
     assert next(line for line in lines if " new " in line).split()[2:] == ["5.000", "+0.00", "1/1/0", "1.000"]
