@@ -255,20 +255,22 @@ class Engine:
         self._last_arrays: tuple[PodRequest, int, RequestArrays] | None = None
         self._defaults = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))  # rank, noise
         # the kernel's argument tuples as views of the arrays above and the inventory's, kept while the
-        # key beside each holds: building them is most of a decision's Python time
+        # key beside each holds and dropped when the arrays they view are remade: building them is most
+        # of a decision's Python time
         self._inputs: tuple[tuple, tuple[tuple, tuple, tuple]] | None = None
         self._sums_view: tuple[tuple, tuple] | None = None
-        self._memo_view: tuple[tuple, tuple] | None = None
+        self._memo_view: tuple[int, tuple] | None = None
 
     def mix_arrays(self) -> tuple:
         """The policy mix as kernel arrays, rebuilt only when the mix or the model table changed."""
-        key = (id(self.policy.mix), self.policy.mix.version, self.inventory.models_version)
+        key = (self.policy.mix, self.policy.mix.version, self.inventory.models_version)  # the mix by identity
         if self._mix_cache is None or self._mix_cache[0] != key:
             arrays = self.policy.mix.arrays(self.inventory.models, MAX_MODELS)
             old = self._mix_cache[1] if self._mix_cache else None
             # the cached sums depend on the task types, not on their weights
             if old is None or not all(np.array_equal(a, b) for a, b in zip(old[1:], arrays[1:], strict=True)):
                 self._sums_cache = _empty_sums(self.inventory.size, len(arrays[0]))
+                self._sums_view = None
             # a refresh that leaves the weights as they were (a steady workload) keeps every node's
             # fragmentation and the memo valid
             if old is None or not all(np.array_equal(a, b) for a, b in zip(old, arrays, strict=True)):
@@ -282,7 +284,8 @@ class Engine:
         stamp, sums = self._sums_cache[0], self._sums_cache[1]
         if len(stamp) < n or sums.shape[1] != types:
             self._sums_cache = _empty_sums(max(n, 2 * len(stamp)), types)
-        key = (n, id(self._sums_cache), self._weights_version)
+            self._sums_view = None
+        key = (n, self._weights_version)
         if self._sums_view is None or self._sums_view[0] != key:
             self._sums_view = (key, (*(array[:n] for array in self._sums_cache), self._weights_version))
         return self._sums_view[1]
@@ -302,18 +305,19 @@ class Engine:
         n = inventory.size
         if len(self._memo[0]) < n:
             self._memo = _empty_memo(max(n, 2 * len(self._memo[0])))
+            self._memo_view = None
         if len(self._class_memo[0]) < inventory.class_count:
             self._class_memo = _empty_class_memo(max(inventory.class_count, 2 * len(self._class_memo[0])))
+            self._memo_view = None
         policy = self.policy
         # `arrays` is remade whenever the request or the model table changes (`request_arrays`)
         key = (policy.rules.tobytes(), policy.params.tobytes(), self._weights_version)
         if self._memo_key is None or self._memo_key[0] is not arrays or self._memo_key[1] != key:
             self._memo_key = (arrays, key)
             self._memo_epoch[0] += 1
-        view_key = (n, id(self._memo), id(self._class_memo))
-        if self._memo_view is None or self._memo_view[0] != view_key:
+        if self._memo_view is None or self._memo_view[0] != n:
             per_node = tuple(array[:n] for array in self._memo)
-            self._memo_view = (view_key, (*per_node, self._memo_epoch, self._memo_maxima, *self._class_memo))
+            self._memo_view = (n, (*per_node, self._memo_epoch, self._memo_maxima, *self._class_memo))
         return self._memo_view[1]
 
     def scratch(self, types: int, width: int) -> tuple[np.ndarray, ...]:

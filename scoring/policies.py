@@ -45,7 +45,7 @@ class GpupackWeights(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    fragmentation: float = Field(1.0, ge=0, description="expected fragmentation growth (FGD, learned mix)")
+    fragmentation: float = Field(1.5, ge=0, description="expected fragmentation growth (FGD, learned mix)")
     packing: float = Field(0.05, ge=0, description="prefer nodes that are already busy")
     topology: float = Field(3.0, ge=0, description="NVLink quality of multi-GPU sets")
     model_fit: float = Field(0.2, ge=0, description="prefer smaller GPU models that fit")
