@@ -30,6 +30,7 @@ from gpupack.scoring.layout import (
     SCRATCH_GPU,
     SCRATCH_UNUSABLE,
 )
+from gpupack.scoring.mix import WorkloadMix
 from gpupack.scoring.policies import PolicySpec
 from gpupack.scoring.request import Kind, PodRequest, RequestError
 
@@ -243,7 +244,7 @@ class Engine:
     def __init__(self, inventory: Inventory, policy: PolicySpec) -> None:
         self.inventory = inventory
         self.policy = policy
-        self._mix_cache: tuple[tuple[int, int, int], tuple] | None = None
+        self._mix_cache: tuple[tuple[WorkloadMix, int, int], tuple] | None = None
         self._sums_cache = _empty_sums(0, 0)
         self._weights_version = 0
         self._scratch: tuple[np.ndarray, ...] | None = None
