@@ -13,7 +13,8 @@ GPU capacity): busy-node $/h (nodes holding a pod), allocation %, and the risk: 
 non-interruptible pods on spot (GPU-hours per hour). Then a share of the pods departs at random and
 the nodes left empty — releasable at once, scale-to-zero readiness — are counted with their $/h.
 
-Every policy goes through `Engine.decide`, the extender's decision; the candidate masks are the taints.
+Every policy goes through the simulator's `Decider` (`Engine.decide`, the extender's decision); the candidate
+masks are the taints.
 """
 
 from __future__ import annotations
@@ -26,9 +27,8 @@ from enum import StrEnum
 import numpy as np
 
 from gpupack.bench.protocol import fgd_order
-from gpupack.bench.simulate import build_inventory, make_policy, placed_gpus
+from gpupack.bench.simulate import Decider, build_inventory, make_policy, placed_gpus
 from gpupack.bench.workload import Trace, TracePod, gpu_milli_capacity
-from gpupack.scoring.engine import Engine
 from gpupack.scoring.facts import Placement
 from gpupack.scoring.inventory import Inventory
 from gpupack.scoring.policies import GpupackArgs, GpupackWeights, PolicySpec, gpupack
@@ -118,18 +118,13 @@ def fill(
 ) -> tuple[Inventory, dict[str, tuple[TracePod, Placement]]]:
     """Place `order` one pod at a time with the policy's practice; failures are dropped."""
     inventory = build_inventory(trace.nodes)
-    spec = policy.spec(trace.pods)
-    engine = Engine(inventory, spec)
-    rank = np.random.default_rng(seed).permutation(inventory.size).astype(np.int64)
+    decider = Decider(inventory, policy.spec(trace.pods), seed)
     placed: dict[str, tuple[TracePod, Placement]] = {}
     for pod in order:
-        engine.observe(pod.request)
-        for mask in candidate_masks(inventory, pod, policy.practice):
-            placement = engine.decide(pod.request, mask, rank=rank).placement
-            if placement is not None:
-                inventory.commit(placement)
-                placed[pod.name] = (pod, placement)
-                break
+        placement = decider.decide(pod.request, candidate_masks(inventory, pod, policy.practice)).placement
+        if placement is not None:
+            inventory.commit(placement)
+            placed[pod.name] = (pod, placement)
     return inventory, placed
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -154,14 +154,19 @@ class Decider:
         self._rng = np.random.default_rng(seed if seed is not None else 0)
         self._fixed_rank = self._rng.permutation(self._size).astype(np.int64)
 
-    def decide(self, request: PodRequest) -> Decision:
-        """Observe `request` (a learning policy's mix) and decide where it goes; nothing is committed."""
+    def decide(self, request: PodRequest, fallbacks: Sequence[np.ndarray | None] = (None,)) -> Decision:
+        """Observe `request` (a learning policy's mix) once and decide where it goes among the nodes of each
+        candidate mask in `fallbacks` in turn (None: every node), until one places it; nothing is committed."""
         n = self._size
         self.engine.observe(request)
         fixed = self.policy.tie_break == TieBreak.FIXED
         rank = self._fixed_rank if fixed else self._rng.permutation(n).astype(np.int64)
         noise = self._rng.random(n) if self.policy.kernel_id == policies.k.P_RANDOM else None
-        return self.engine.decide(request, rank=rank, noise=noise)
+        for candidates in fallbacks:
+            decision = self.engine.decide(request, candidates, rank=rank, noise=noise)
+            if decision.placement is not None:
+                break
+        return decision
 
 
 def run_once(
