@@ -32,9 +32,22 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(line, default=str).decode()
 
 
+class StderrHandler(logging.StreamHandler):
+    """A stream handler on whatever `sys.stderr` is when a record is written, not when it was made: code that
+    swaps stderr (a test runner, an embedding process) and closes the old one keeps getting the logs."""
+
+    @property
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: object) -> None:
+        pass  # StreamHandler.__init__ and setStream assign it; the current sys.stderr always wins
+
+
 def configure(level: int = logging.INFO) -> None:
     """Send every log record to stderr as JSON (replaces the root logger's handlers)."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
