@@ -35,9 +35,11 @@ TUNING = (
     "cpu050, gpushare40, gpuspec10, multigpu20), the seeds scored here; since #15 they are chosen on seeds "
     f"{TUNING_SEEDS} only (`python -m gpupack.bench.tune` refuses 42–51): the consolidation order went from "
     "0.1 to 3.2 on seeds 0–13 of all 13 traces, checked on seeds 14–41, then the fragmentation weight from "
-    "1.0 to 1.5 on seeds 0–13 of the three traces still tied with fgd, checked on seeds 0–41 of all 13 "
-    "(docs/packing-experiments.md says what else was tried). The other weights keep their earlier values, "
-    "so on those five traces the figures still carry that first selection."
+    "1.0 to 1.5 on seeds 0–13 of the three traces still tied with fgd, checked on seeds 0–41 of all 13, and "
+    "the learned mix tells shapes apart by memory request too (`mix_with_memory`), screened on seeds 0–13 of "
+    "five traces and checked on seeds 0–41 of all 13 (docs/packing-experiments.md says what else was tried). "
+    "The other weights keep their earlier values, so on those five traces the figures still carry that first "
+    "selection."
 )
 
 SECONDS_GOAL = 2.0  # #15: the simulator decides one openb seed for gpupack within this on a 2-core machine

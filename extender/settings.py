@@ -41,6 +41,7 @@ class Mix(_Section):
     half_life: float = Field(_DEFAULT_ARGS.mix_half_life, gt=0)
     coverage: float = Field(_DEFAULT_ARGS.mix_coverage, gt=0, le=1)
     prior_weight: float = Field(_DEFAULT_ARGS.mix_prior_weight, ge=0)
+    with_memory: bool = _DEFAULT_ARGS.mix_with_memory  # a shape is its memory request too
 
 
 class Policy(_Section):
@@ -162,6 +163,7 @@ class Settings(BaseSettings):
             mix_half_life=mix.half_life,
             mix_coverage=mix.coverage,
             mix_prior_weight=mix.prior_weight,
+            mix_with_memory=mix.with_memory,
         )
 
     def policy_spec(self) -> PolicySpec:

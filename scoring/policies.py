@@ -67,7 +67,7 @@ class GpupackArgs(BaseModel):
     mix_coverage: float = Field(0.95, gt=0, le=1, description="share of the mix kept as typical types")
     mix_prior_weight: float = Field(1.0, ge=0, description="pseudo-requests spread over the prior shapes")
     mix_gpu_weight: float = Field(0.0, ge=0, description="extra weight per whole GPU a request asks for")
-    mix_with_memory: bool = Field(False, description="tell task types apart by memory request too")
+    mix_with_memory: bool = Field(True, description="tell task types apart by memory request too")
 
 
 @dataclass

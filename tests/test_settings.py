@@ -47,11 +47,13 @@ def test_environment_and_cli_override_the_file(shipped: Path, monkeypatch: pytes
     monkeypatch.setenv("GPUPACK_PORT", "9000")
     monkeypatch.setenv("GPUPACK_POLICY__WEIGHTS__FRAGMENTATION", "2.5")
     monkeypatch.setenv("GPUPACK_SPOT__NON_INTERRUPTIBLE_ON_SPOT", "forbid")
+    monkeypatch.setenv("GPUPACK_POLICY__MIX__WITH_MEMORY", "false")
     settings = load_settings(shipped, host="0.0.0.0", port=None)
     assert (settings.host, settings.port) == ("0.0.0.0", 9000)
     args = settings.gpupack_args()
     assert args.weights.fragmentation == 2.5 and args.weights.packing == 0.05  # deep merge with the file
     assert args.forbid_spot_for_non_interruptible
+    assert not args.mix_with_memory and GpupackArgs().mix_with_memory
     assert load_settings(shipped, port=7000).port == 7000
 
 
