@@ -5,9 +5,10 @@
 
 Each variant is a JSON object of `scoring.policies.GpupackArgs` fields (`weights` as a nested object);
 `fgd` (oracle mix) always runs beside them. Every run stops at arrived = 100 % (the figure read) and is
-cached in --cache (one JSON file per trace, variant and seed), so a repeated or widened run only
-simulates what is new. Prints, per trace, each variant's median unallocated GPU % and its paired
-comparison with fgd (`bench.paired`); the report seeds 42–51 are refused unless --allow-report-seeds.
+cached in --cache (one JSON file per trace, resolved arguments, seed and code version: `cache_key`), so a
+repeated or widened run only simulates what is new. Prints, per trace, each variant's median unallocated
+GPU % and its paired comparison with fgd (`bench.paired`); the report seeds 42–51 are refused unless
+--allow-report-seeds.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from gpupack.bench.job_cache import code_fingerprint
 from gpupack.bench.jobs import NODE_LIST, _nodes, _pods, pod_file, prefix_to_arrived
 from gpupack.bench.paired import paired
 from gpupack.bench.protocol import fgd_order
@@ -39,12 +41,19 @@ def policy_for(variant: str, args_json: str, pods: list) -> PolicySpec:
     return make_policy(FGD, pods) if variant == FGD else gpupack(GpupackArgs(**json.loads(args_json)))
 
 
+def cache_key(trace: str, variant: str, args_json: str, seed: int) -> str:
+    """Names one run's result: the arguments as they resolve (so `{}` follows the defaults) and the source
+    of the code that decides it (`bench.job_cache.code_fingerprint`), so a changed default or kernel runs
+    again instead of reading back a stale figure."""
+    fgd = "fgd, oracle of the submitted pods"
+    what = fgd if variant == FGD else GpupackArgs(**json.loads(args_json)).model_dump_json()
+    return hashlib.sha256(f"{trace}|{what}|{seed}|{code_fingerprint()}".encode()).hexdigest()[:20]
+
+
 def run_one(job: tuple[str, str, str, str, int, str]) -> float | None:
     """Unallocated GPU % at arrived 100 % of one (traces folder, trace, variant, args, seed), cached."""
     traces_dir, trace, variant, args_json, seed, cache = job
-    what = args_json if variant != FGD else "fgd, oracle of the submitted pods"
-    key = hashlib.sha256(f"{trace}|{what}|{seed}".encode()).hexdigest()[:20]
-    path = Path(cache) / f"{trace}-{seed}-{key}.json"
+    path = Path(cache) / f"{trace}-{seed}-{cache_key(trace, variant, args_json, seed)}.json"
     if path.exists():
         return json.loads(path.read_text())["unallocated"]
     nodes = list(_nodes(str(Path(traces_dir) / NODE_LIST)))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from gpupack.bench.tune import report
+import json
+
+from gpupack.bench.tune import cache_key, report
+from gpupack.scoring.policies import GpupackWeights
 
 Table = dict[tuple[str, str], dict[int, float | None]]
 
@@ -27,3 +30,12 @@ def test_without_base_only_fgd_is_compared() -> None:
     lines = report(table, ["t"], ["fgd", "new"]).splitlines()
     assert "vs base" not in lines[0]
     assert next(line for line in lines if " new " in line).split()[2:] == ["5.000", "+0.00", "1/1/0", "1.000"]
+
+
+def test_the_cache_key_follows_the_arguments_as_they_resolve() -> None:
+    order = GpupackWeights().order
+    defaults = cache_key("default", "base", "{}", 0)
+    assert cache_key("default", "v", json.dumps({"weights": {"order": order}}), 0) == defaults
+    assert cache_key("default", "v", json.dumps({"weights": {"order": order + 1}}), 0) != defaults
+    assert cache_key("default", "base", "{}", 1) != defaults
+    assert cache_key("default", "fgd", "{}", 0) != defaults
