@@ -1,8 +1,9 @@
-"""The kubelet's gRPC contracts: device plugin v1beta1 and podresources v1 (Kubernetes v1.28.4).
+"""The kubelet's gRPC contracts: device plugin v1beta1 and podresources v1.
 
-`deviceplugin.proto` / `podresources.proto` are the upstream files with their gogoproto import and
-options removed (they only steer Go code generation); the `_pb2` modules are generated from them by
-`python -m agent.kubelet.generate` and committed, so neither an install nor the image needs protoc.
+`deviceplugin.proto` / `podresources.proto` are gpupack's own definitions of the kubelet wire contract
+(message and field names, numbers and types as the published Kubernetes APIs fix them, reduced to what
+gpupack uses); the `_pb2` modules are generated from them by `python -m gpupack.agent.kubelet.generate`
+and committed, so neither an install nor the image needs protoc.
 """
 
 API_VERSION = "v1beta1"

@@ -8,14 +8,6 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
-class DevicePluginOptions(_message.Message):
-    __slots__ = ("pre_start_required", "get_preferred_allocation_available")
-    PRE_START_REQUIRED_FIELD_NUMBER: _ClassVar[int]
-    GET_PREFERRED_ALLOCATION_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
-    pre_start_required: bool
-    get_preferred_allocation_available: bool
-    def __init__(self, pre_start_required: _Optional[bool] = ..., get_preferred_allocation_available: _Optional[bool] = ...) -> None: ...
-
 class RegisterRequest(_message.Message):
     __slots__ = ("version", "endpoint", "resource_name", "options")
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -28,6 +20,14 @@ class RegisterRequest(_message.Message):
     options: DevicePluginOptions
     def __init__(self, version: _Optional[str] = ..., endpoint: _Optional[str] = ..., resource_name: _Optional[str] = ..., options: _Optional[_Union[DevicePluginOptions, _Mapping]] = ...) -> None: ...
 
+class DevicePluginOptions(_message.Message):
+    __slots__ = ("pre_start_required", "get_preferred_allocation_available")
+    PRE_START_REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    GET_PREFERRED_ALLOCATION_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    pre_start_required: bool
+    get_preferred_allocation_available: bool
+    def __init__(self, pre_start_required: _Optional[bool] = ..., get_preferred_allocation_available: _Optional[bool] = ...) -> None: ...
+
 class Empty(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
@@ -37,6 +37,16 @@ class ListAndWatchResponse(_message.Message):
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     devices: _containers.RepeatedCompositeFieldContainer[Device]
     def __init__(self, devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ...) -> None: ...
+
+class Device(_message.Message):
+    __slots__ = ("ID", "health", "topology")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
+    TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    ID: str
+    health: str
+    topology: TopologyInfo
+    def __init__(self, ID: _Optional[str] = ..., health: _Optional[str] = ..., topology: _Optional[_Union[TopologyInfo, _Mapping]] = ...) -> None: ...
 
 class TopologyInfo(_message.Message):
     __slots__ = ("nodes",)
@@ -49,26 +59,6 @@ class NUMANode(_message.Message):
     ID_FIELD_NUMBER: _ClassVar[int]
     ID: int
     def __init__(self, ID: _Optional[int] = ...) -> None: ...
-
-class Device(_message.Message):
-    __slots__ = ("ID", "health", "topology")
-    ID_FIELD_NUMBER: _ClassVar[int]
-    HEALTH_FIELD_NUMBER: _ClassVar[int]
-    TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
-    ID: str
-    health: str
-    topology: TopologyInfo
-    def __init__(self, ID: _Optional[str] = ..., health: _Optional[str] = ..., topology: _Optional[_Union[TopologyInfo, _Mapping]] = ...) -> None: ...
-
-class PreStartContainerRequest(_message.Message):
-    __slots__ = ("devices_ids",)
-    DEVICES_IDS_FIELD_NUMBER: _ClassVar[int]
-    devices_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, devices_ids: _Optional[_Iterable[str]] = ...) -> None: ...
-
-class PreStartContainerResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
 
 class PreferredAllocationRequest(_message.Message):
     __slots__ = ("container_requests",)
@@ -109,12 +99,6 @@ class ContainerAllocateRequest(_message.Message):
     DEVICES_IDS_FIELD_NUMBER: _ClassVar[int]
     devices_ids: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, devices_ids: _Optional[_Iterable[str]] = ...) -> None: ...
-
-class CDIDevice(_message.Message):
-    __slots__ = ("name",)
-    NAME_FIELD_NUMBER: _ClassVar[int]
-    name: str
-    def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class AllocateResponse(_message.Message):
     __slots__ = ("container_responses",)
@@ -169,3 +153,19 @@ class DeviceSpec(_message.Message):
     host_path: str
     permissions: str
     def __init__(self, container_path: _Optional[str] = ..., host_path: _Optional[str] = ..., permissions: _Optional[str] = ...) -> None: ...
+
+class CDIDevice(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class PreStartContainerRequest(_message.Message):
+    __slots__ = ("devices_ids",)
+    DEVICES_IDS_FIELD_NUMBER: _ClassVar[int]
+    devices_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, devices_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PreStartContainerResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -28,12 +28,9 @@ if _version_not_supported:
 
 
 class RegistrationStub:
-    """Registration is the service advertised by the Kubelet
-    Only when Kubelet answers with a success code to a Register Request
-    may Device Plugins start their service
-    Registration may fail when device plugin version is not supported by
-    Kubelet or the registered resourceName is already taken by another
-    active device plugin. Device plugin is expected to terminate upon registration failure
+    """--- gpupack -> kubelet: announcing a plugin ----------------------------------------------------
+
+    Served by the kubelet on <device-plugins>/kubelet.sock; gpupack calls it once per resource.
     """
 
     def __init__(self, channel):
@@ -50,12 +47,9 @@ class RegistrationStub:
 
 
 class RegistrationServicer:
-    """Registration is the service advertised by the Kubelet
-    Only when Kubelet answers with a success code to a Register Request
-    may Device Plugins start their service
-    Registration may fail when device plugin version is not supported by
-    Kubelet or the registered resourceName is already taken by another
-    active device plugin. Device plugin is expected to terminate upon registration failure
+    """--- gpupack -> kubelet: announcing a plugin ----------------------------------------------------
+
+    Served by the kubelet on <device-plugins>/kubelet.sock; gpupack calls it once per resource.
     """
 
     def Register(self, request, context):
@@ -81,12 +75,9 @@ def add_RegistrationServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Registration:
-    """Registration is the service advertised by the Kubelet
-    Only when Kubelet answers with a success code to a Register Request
-    may Device Plugins start their service
-    Registration may fail when device plugin version is not supported by
-    Kubelet or the registered resourceName is already taken by another
-    active device plugin. Device plugin is expected to terminate upon registration failure
+    """--- gpupack -> kubelet: announcing a plugin ----------------------------------------------------
+
+    Served by the kubelet on <device-plugins>/kubelet.sock; gpupack calls it once per resource.
     """
 
     @staticmethod
@@ -118,7 +109,9 @@ class Registration:
 
 
 class DevicePluginStub:
-    """DevicePlugin is the service advertised by Device Plugins
+    """--- kubelet -> gpupack: the plugin gpupack serves per resource -----------------------------------
+
+    Served by gpupack on its own socket; the kubelet may call every rpc, so all of them stay.
     """
 
     def __init__(self, channel):
@@ -155,50 +148,40 @@ class DevicePluginStub:
 
 
 class DevicePluginServicer:
-    """DevicePlugin is the service advertised by Device Plugins
+    """--- kubelet -> gpupack: the plugin gpupack serves per resource -----------------------------------
+
+    Served by gpupack on its own socket; the kubelet may call every rpc, so all of them stay.
     """
 
     def GetDevicePluginOptions(self, request, context):
-        """GetDevicePluginOptions returns options to be communicated with Device
-        Manager
-        """
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListAndWatch(self, request, context):
-        """ListAndWatch returns a stream of List of Devices
-        Whenever a Device state change or a Device disappears, ListAndWatch
-        returns the new list
+        """A long-lived stream: one full device list now and again each time the list changes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetPreferredAllocation(self, request, context):
-        """GetPreferredAllocation returns a preferred set of devices to allocate
-        from a list of available ones. The resulting preferred allocation is not
-        guaranteed to be the allocation ultimately performed by the
-        devicemanager. It is only designed to help the devicemanager make a more
-        informed allocation decision when possible.
+        """A hint only: the kubelet may still allocate other devices.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Allocate(self, request, context):
-        """Allocate is called during container creation so that the Device
-        Plugin can run device specific operations and instruct Kubelet
-        of the steps to make the Device available in the container
+        """The devices the kubelet chose for a container; the answer says what the container gets.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def PreStartContainer(self, request, context):
-        """PreStartContainer is called, if indicated by Device Plugin during registeration phase,
-        before each container start. Device plugin can run device specific operations
-        such as resetting the device before making devices available to the container
+        """Called before a container starts, only when pre_start_required is set.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -241,7 +224,9 @@ def add_DevicePluginServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class DevicePlugin:
-    """DevicePlugin is the service advertised by Device Plugins
+    """--- kubelet -> gpupack: the plugin gpupack serves per resource -----------------------------------
+
+    Served by gpupack on its own socket; the kubelet may call every rpc, so all of them stay.
     """
 
     @staticmethod

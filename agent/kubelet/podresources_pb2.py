@@ -26,44 +26,27 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(gpupack/agent/kubelet/podresources.proto\x12\x02v1\"\x1d\n\x1b\x41llocatableResourcesRequest\"{\n\x1c\x41llocatableResourcesResponse\x12%\n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32\x14.v1.ContainerDevices\x12\x0f\n\x07\x63pu_ids\x18\x02 \x03(\x03\x12#\n\x06memory\x18\x03 \x03(\x0b\x32\x13.v1.ContainerMemory\"\x19\n\x17ListPodResourcesRequest\"C\n\x18ListPodResourcesResponse\x12\'\n\rpod_resources\x18\x01 \x03(\x0b\x32\x10.v1.PodResources\"[\n\x0cPodResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12*\n\ncontainers\x18\x03 \x03(\x0b\x32\x16.v1.ContainerResources\"\xaf\x01\n\x12\x43ontainerResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x14.v1.ContainerDevices\x12\x0f\n\x07\x63pu_ids\x18\x03 \x03(\x03\x12#\n\x06memory\x18\x04 \x03(\x0b\x32\x13.v1.ContainerMemory\x12.\n\x11\x64ynamic_resources\x18\x05 \x03(\x0b\x32\x13.v1.DynamicResource\"X\n\x0f\x43ontainerMemory\x12\x13\n\x0bmemory_type\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12\"\n\x08topology\x18\x03 \x01(\x0b\x32\x10.v1.TopologyInfo\"a\n\x10\x43ontainerDevices\x12\x15\n\rresource_name\x18\x01 \x01(\t\x12\x12\n\ndevice_ids\x18\x02 \x03(\t\x12\"\n\x08topology\x18\x03 \x01(\x0b\x32\x10.v1.TopologyInfo\"+\n\x0cTopologyInfo\x12\x1b\n\x05nodes\x18\x01 \x03(\x0b\x32\x0c.v1.NUMANode\"\x16\n\x08NUMANode\x12\n\n\x02ID\x18\x01 \x01(\x03\"~\n\x0f\x44ynamicResource\x12\x12\n\nclass_name\x18\x01 \x01(\t\x12\x12\n\nclaim_name\x18\x02 \x01(\t\x12\x17\n\x0f\x63laim_namespace\x18\x03 \x01(\t\x12*\n\x0f\x63laim_resources\x18\x04 \x03(\x0b\x32\x11.v1.ClaimResource\"3\n\rClaimResource\x12\"\n\x0b\x63\x64i_devices\x18\x01 \x03(\x0b\x32\r.v1.CDIDevice\"\x19\n\tCDIDevice\x12\x0c\n\x04name\x18\x01 \x01(\t\"A\n\x16GetPodResourcesRequest\x12\x10\n\x08pod_name\x18\x01 \x01(\t\x12\x15\n\rpod_namespace\x18\x02 \x01(\t\"B\n\x17GetPodResourcesResponse\x12\'\n\rpod_resources\x18\x01 \x01(\x0b\x32\x10.v1.PodResources2\xfb\x01\n\x12PodResourcesLister\x12\x43\n\x04List\x12\x1b.v1.ListPodResourcesRequest\x1a\x1c.v1.ListPodResourcesResponse\"\x00\x12^\n\x17GetAllocatableResources\x12\x1f.v1.AllocatableResourcesRequest\x1a .v1.AllocatableResourcesResponse\"\x00\x12@\n\x03Get\x12\x1a.v1.GetPodResourcesRequest\x1a\x1b.v1.GetPodResourcesResponse\"\x00\x42)Z\'k8s.io/kubelet/pkg/apis/podresources/v1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(gpupack/agent/kubelet/podresources.proto\x12\x02v1\"\x19\n\x17ListPodResourcesRequest\"C\n\x18ListPodResourcesResponse\x12\'\n\rpod_resources\x18\x01 \x03(\x0b\x32\x10.v1.PodResources\"[\n\x0cPodResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12*\n\ncontainers\x18\x03 \x03(\x0b\x32\x16.v1.ContainerResources\"I\n\x12\x43ontainerResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x14.v1.ContainerDevices\"=\n\x10\x43ontainerDevices\x12\x15\n\rresource_name\x18\x01 \x01(\t\x12\x12\n\ndevice_ids\x18\x02 \x03(\t\"\x1d\n\x1b\x41llocatableResourcesRequest\"E\n\x1c\x41llocatableResourcesResponse\x12%\n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32\x14.v1.ContainerDevices2\xb9\x01\n\x12PodResourcesLister\x12\x43\n\x04List\x12\x1b.v1.ListPodResourcesRequest\x1a\x1c.v1.ListPodResourcesResponse\"\x00\x12^\n\x17GetAllocatableResources\x12\x1f.v1.AllocatableResourcesRequest\x1a .v1.AllocatableResourcesResponse\"\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gpupack.agent.kubelet.podresources_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-  _globals['DESCRIPTOR']._loaded_options = None
-  _globals['DESCRIPTOR']._serialized_options = b'Z\'k8s.io/kubelet/pkg/apis/podresources/v1'
-  _globals['_ALLOCATABLERESOURCESREQUEST']._serialized_start=48
-  _globals['_ALLOCATABLERESOURCESREQUEST']._serialized_end=77
-  _globals['_ALLOCATABLERESOURCESRESPONSE']._serialized_start=79
-  _globals['_ALLOCATABLERESOURCESRESPONSE']._serialized_end=202
-  _globals['_LISTPODRESOURCESREQUEST']._serialized_start=204
-  _globals['_LISTPODRESOURCESREQUEST']._serialized_end=229
-  _globals['_LISTPODRESOURCESRESPONSE']._serialized_start=231
-  _globals['_LISTPODRESOURCESRESPONSE']._serialized_end=298
-  _globals['_PODRESOURCES']._serialized_start=300
-  _globals['_PODRESOURCES']._serialized_end=391
-  _globals['_CONTAINERRESOURCES']._serialized_start=394
-  _globals['_CONTAINERRESOURCES']._serialized_end=569
-  _globals['_CONTAINERMEMORY']._serialized_start=571
-  _globals['_CONTAINERMEMORY']._serialized_end=659
-  _globals['_CONTAINERDEVICES']._serialized_start=661
-  _globals['_CONTAINERDEVICES']._serialized_end=758
-  _globals['_TOPOLOGYINFO']._serialized_start=760
-  _globals['_TOPOLOGYINFO']._serialized_end=803
-  _globals['_NUMANODE']._serialized_start=805
-  _globals['_NUMANODE']._serialized_end=827
-  _globals['_DYNAMICRESOURCE']._serialized_start=829
-  _globals['_DYNAMICRESOURCE']._serialized_end=955
-  _globals['_CLAIMRESOURCE']._serialized_start=957
-  _globals['_CLAIMRESOURCE']._serialized_end=1008
-  _globals['_CDIDEVICE']._serialized_start=1010
-  _globals['_CDIDEVICE']._serialized_end=1035
-  _globals['_GETPODRESOURCESREQUEST']._serialized_start=1037
-  _globals['_GETPODRESOURCESREQUEST']._serialized_end=1102
-  _globals['_GETPODRESOURCESRESPONSE']._serialized_start=1104
-  _globals['_GETPODRESOURCESRESPONSE']._serialized_end=1170
-  _globals['_PODRESOURCESLISTER']._serialized_start=1173
-  _globals['_PODRESOURCESLISTER']._serialized_end=1424
+  DESCRIPTOR._loaded_options = None
+  _globals['_LISTPODRESOURCESREQUEST']._serialized_start=48
+  _globals['_LISTPODRESOURCESREQUEST']._serialized_end=73
+  _globals['_LISTPODRESOURCESRESPONSE']._serialized_start=75
+  _globals['_LISTPODRESOURCESRESPONSE']._serialized_end=142
+  _globals['_PODRESOURCES']._serialized_start=144
+  _globals['_PODRESOURCES']._serialized_end=235
+  _globals['_CONTAINERRESOURCES']._serialized_start=237
+  _globals['_CONTAINERRESOURCES']._serialized_end=310
+  _globals['_CONTAINERDEVICES']._serialized_start=312
+  _globals['_CONTAINERDEVICES']._serialized_end=373
+  _globals['_ALLOCATABLERESOURCESREQUEST']._serialized_start=375
+  _globals['_ALLOCATABLERESOURCESREQUEST']._serialized_end=404
+  _globals['_ALLOCATABLERESOURCESRESPONSE']._serialized_start=406
+  _globals['_ALLOCATABLERESOURCESRESPONSE']._serialized_end=475
+  _globals['_PODRESOURCESLISTER']._serialized_start=478
+  _globals['_PODRESOURCESLISTER']._serialized_end=663
 # @@protoc_insertion_point(module_scope)

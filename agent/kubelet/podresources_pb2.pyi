@@ -8,20 +8,6 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
-class AllocatableResourcesRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class AllocatableResourcesResponse(_message.Message):
-    __slots__ = ("devices", "cpu_ids", "memory")
-    DEVICES_FIELD_NUMBER: _ClassVar[int]
-    CPU_IDS_FIELD_NUMBER: _ClassVar[int]
-    MEMORY_FIELD_NUMBER: _ClassVar[int]
-    devices: _containers.RepeatedCompositeFieldContainer[ContainerDevices]
-    cpu_ids: _containers.RepeatedScalarFieldContainer[int]
-    memory: _containers.RepeatedCompositeFieldContainer[ContainerMemory]
-    def __init__(self, devices: _Optional[_Iterable[_Union[ContainerDevices, _Mapping]]] = ..., cpu_ids: _Optional[_Iterable[int]] = ..., memory: _Optional[_Iterable[_Union[ContainerMemory, _Mapping]]] = ...) -> None: ...
-
 class ListPodResourcesRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
@@ -43,85 +29,27 @@ class PodResources(_message.Message):
     def __init__(self, name: _Optional[str] = ..., namespace: _Optional[str] = ..., containers: _Optional[_Iterable[_Union[ContainerResources, _Mapping]]] = ...) -> None: ...
 
 class ContainerResources(_message.Message):
-    __slots__ = ("name", "devices", "cpu_ids", "memory", "dynamic_resources")
+    __slots__ = ("name", "devices")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
-    CPU_IDS_FIELD_NUMBER: _ClassVar[int]
-    MEMORY_FIELD_NUMBER: _ClassVar[int]
-    DYNAMIC_RESOURCES_FIELD_NUMBER: _ClassVar[int]
     name: str
     devices: _containers.RepeatedCompositeFieldContainer[ContainerDevices]
-    cpu_ids: _containers.RepeatedScalarFieldContainer[int]
-    memory: _containers.RepeatedCompositeFieldContainer[ContainerMemory]
-    dynamic_resources: _containers.RepeatedCompositeFieldContainer[DynamicResource]
-    def __init__(self, name: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[ContainerDevices, _Mapping]]] = ..., cpu_ids: _Optional[_Iterable[int]] = ..., memory: _Optional[_Iterable[_Union[ContainerMemory, _Mapping]]] = ..., dynamic_resources: _Optional[_Iterable[_Union[DynamicResource, _Mapping]]] = ...) -> None: ...
-
-class ContainerMemory(_message.Message):
-    __slots__ = ("memory_type", "size", "topology")
-    MEMORY_TYPE_FIELD_NUMBER: _ClassVar[int]
-    SIZE_FIELD_NUMBER: _ClassVar[int]
-    TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
-    memory_type: str
-    size: int
-    topology: TopologyInfo
-    def __init__(self, memory_type: _Optional[str] = ..., size: _Optional[int] = ..., topology: _Optional[_Union[TopologyInfo, _Mapping]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[ContainerDevices, _Mapping]]] = ...) -> None: ...
 
 class ContainerDevices(_message.Message):
-    __slots__ = ("resource_name", "device_ids", "topology")
+    __slots__ = ("resource_name", "device_ids")
     RESOURCE_NAME_FIELD_NUMBER: _ClassVar[int]
     DEVICE_IDS_FIELD_NUMBER: _ClassVar[int]
-    TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     resource_name: str
     device_ids: _containers.RepeatedScalarFieldContainer[str]
-    topology: TopologyInfo
-    def __init__(self, resource_name: _Optional[str] = ..., device_ids: _Optional[_Iterable[str]] = ..., topology: _Optional[_Union[TopologyInfo, _Mapping]] = ...) -> None: ...
+    def __init__(self, resource_name: _Optional[str] = ..., device_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
-class TopologyInfo(_message.Message):
-    __slots__ = ("nodes",)
-    NODES_FIELD_NUMBER: _ClassVar[int]
-    nodes: _containers.RepeatedCompositeFieldContainer[NUMANode]
-    def __init__(self, nodes: _Optional[_Iterable[_Union[NUMANode, _Mapping]]] = ...) -> None: ...
+class AllocatableResourcesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
-class NUMANode(_message.Message):
-    __slots__ = ("ID",)
-    ID_FIELD_NUMBER: _ClassVar[int]
-    ID: int
-    def __init__(self, ID: _Optional[int] = ...) -> None: ...
-
-class DynamicResource(_message.Message):
-    __slots__ = ("class_name", "claim_name", "claim_namespace", "claim_resources")
-    CLASS_NAME_FIELD_NUMBER: _ClassVar[int]
-    CLAIM_NAME_FIELD_NUMBER: _ClassVar[int]
-    CLAIM_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
-    CLAIM_RESOURCES_FIELD_NUMBER: _ClassVar[int]
-    class_name: str
-    claim_name: str
-    claim_namespace: str
-    claim_resources: _containers.RepeatedCompositeFieldContainer[ClaimResource]
-    def __init__(self, class_name: _Optional[str] = ..., claim_name: _Optional[str] = ..., claim_namespace: _Optional[str] = ..., claim_resources: _Optional[_Iterable[_Union[ClaimResource, _Mapping]]] = ...) -> None: ...
-
-class ClaimResource(_message.Message):
-    __slots__ = ("cdi_devices",)
-    CDI_DEVICES_FIELD_NUMBER: _ClassVar[int]
-    cdi_devices: _containers.RepeatedCompositeFieldContainer[CDIDevice]
-    def __init__(self, cdi_devices: _Optional[_Iterable[_Union[CDIDevice, _Mapping]]] = ...) -> None: ...
-
-class CDIDevice(_message.Message):
-    __slots__ = ("name",)
-    NAME_FIELD_NUMBER: _ClassVar[int]
-    name: str
-    def __init__(self, name: _Optional[str] = ...) -> None: ...
-
-class GetPodResourcesRequest(_message.Message):
-    __slots__ = ("pod_name", "pod_namespace")
-    POD_NAME_FIELD_NUMBER: _ClassVar[int]
-    POD_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
-    pod_name: str
-    pod_namespace: str
-    def __init__(self, pod_name: _Optional[str] = ..., pod_namespace: _Optional[str] = ...) -> None: ...
-
-class GetPodResourcesResponse(_message.Message):
-    __slots__ = ("pod_resources",)
-    POD_RESOURCES_FIELD_NUMBER: _ClassVar[int]
-    pod_resources: PodResources
-    def __init__(self, pod_resources: _Optional[_Union[PodResources, _Mapping]] = ...) -> None: ...
+class AllocatableResourcesResponse(_message.Message):
+    __slots__ = ("devices",)
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    devices: _containers.RepeatedCompositeFieldContainer[ContainerDevices]
+    def __init__(self, devices: _Optional[_Iterable[_Union[ContainerDevices, _Mapping]]] = ...) -> None: ...

@@ -28,8 +28,7 @@ if _version_not_supported:
 
 
 class PodResourcesListerStub:
-    """PodResourcesLister is a service provided by the kubelet that provides information about the
-    node resources consumed by pods and containers on the node
+    """Served read-only by the kubelet on /var/lib/kubelet/pod-resources/kubelet.sock.
     """
 
     def __init__(self, channel):
@@ -48,32 +47,22 @@ class PodResourcesListerStub:
                 request_serializer=gpupack_dot_agent_dot_kubelet_dot_podresources__pb2.AllocatableResourcesRequest.SerializeToString,
                 response_deserializer=gpupack_dot_agent_dot_kubelet_dot_podresources__pb2.AllocatableResourcesResponse.FromString,
                 _registered_method=True)
-        self.Get = channel.unary_unary(
-                '/v1.PodResourcesLister/Get',
-                request_serializer=gpupack_dot_agent_dot_kubelet_dot_podresources__pb2.GetPodResourcesRequest.SerializeToString,
-                response_deserializer=gpupack_dot_agent_dot_kubelet_dot_podresources__pb2.GetPodResourcesResponse.FromString,
-                _registered_method=True)
 
 
 class PodResourcesListerServicer:
-    """PodResourcesLister is a service provided by the kubelet that provides information about the
-    node resources consumed by pods and containers on the node
+    """Served read-only by the kubelet on /var/lib/kubelet/pod-resources/kubelet.sock.
     """
 
     def List(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Every pod the kubelet admitted, with the devices each container holds.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetAllocatableResources(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def Get(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Every device the kubelet can hand out, held or not.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -91,11 +80,6 @@ def add_PodResourcesListerServicer_to_server(servicer, server):
                     request_deserializer=gpupack_dot_agent_dot_kubelet_dot_podresources__pb2.AllocatableResourcesRequest.FromString,
                     response_serializer=gpupack_dot_agent_dot_kubelet_dot_podresources__pb2.AllocatableResourcesResponse.SerializeToString,
             ),
-            'Get': grpc.unary_unary_rpc_method_handler(
-                    servicer.Get,
-                    request_deserializer=gpupack_dot_agent_dot_kubelet_dot_podresources__pb2.GetPodResourcesRequest.FromString,
-                    response_serializer=gpupack_dot_agent_dot_kubelet_dot_podresources__pb2.GetPodResourcesResponse.SerializeToString,
-            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'v1.PodResourcesLister', rpc_method_handlers)
@@ -105,8 +89,7 @@ def add_PodResourcesListerServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class PodResourcesLister:
-    """PodResourcesLister is a service provided by the kubelet that provides information about the
-    node resources consumed by pods and containers on the node
+    """Served read-only by the kubelet on /var/lib/kubelet/pod-resources/kubelet.sock.
     """
 
     @staticmethod
@@ -153,33 +136,6 @@ class PodResourcesLister:
             '/v1.PodResourcesLister/GetAllocatableResources',
             gpupack_dot_agent_dot_kubelet_dot_podresources__pb2.AllocatableResourcesRequest.SerializeToString,
             gpupack_dot_agent_dot_kubelet_dot_podresources__pb2.AllocatableResourcesResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def Get(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/v1.PodResourcesLister/Get',
-            gpupack_dot_agent_dot_kubelet_dot_podresources__pb2.GetPodResourcesRequest.SerializeToString,
-            gpupack_dot_agent_dot_kubelet_dot_podresources__pb2.GetPodResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,
