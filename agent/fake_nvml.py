@@ -6,12 +6,15 @@ property test that compares the two checks gpupack's geometry against what NVML 
 create is refused, with NVML's error string, when MIG is off, the profile does not exist, the
 placement is not one of the profile's, it overlaps an instance, or the profile's instance limit is
 reached (that limit is 1 for `1g.10gb+me`: one media-extension instance per GPU).
+
+`agent.fake_nvml_file` keeps a `FakeNvml` in a JSON file (`gpupack agent --fake-nvml`, GPU-less clusters).
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,7 +79,7 @@ class FakeNvml:
         self.created: list[tuple[int, str, int]] = []
         self.destroyed: list[tuple[int, str, int]] = []
         self.busy: set[tuple[int, int]] = set()  # (gpu, start) of instances a process uses: destroy refused
-        self._serial = 0
+        self.mig_serial = 0  # MIG instances created so far: a new instance's UUID derives from it
 
     @classmethod
     def from_capture(cls, path: Path, *, mig_enabled: bool | None = None, cpu_numa: tuple[int, ...] = (0,)) -> FakeNvml:
@@ -85,9 +88,7 @@ class FakeNvml:
         data = json.loads(path.read_text())
         gpus = []
         for entry in data["gpus"]:
-            info = GpuInfo(
-                int(entry["index"]), entry["uuid"], entry["name"], entry["busId"], int(entry["memory_MiB"])
-            )
+            info = GpuInfo(int(entry["index"]), entry["uuid"], entry["name"], entry["busId"], int(entry["memory_MiB"]))
             active = [link for link in entry["links"] if link["state"] == 1]
             links = [NvLink(int(link["remote_type"]), link["remote_bus"]) for link in active]
             enabled = bool(entry["mig_mode"][0]) if mig_enabled is None else mig_enabled
@@ -98,19 +99,23 @@ class FakeNvml:
     @classmethod
     def build(
         cls,
-        name: str = "NVIDIA H100 80GB HBM3",
+        name: str | Sequence[str] = "NVIDIA H100 80GB HBM3",
         count: int = 4,
         *,
         mig_enabled: bool = False,
-        nvlink: list[list[int]] | None = None,
+        nvlink: Sequence[Sequence[int]] | None = None,
         nvswitch_links: int = 0,
-        numa: list[int] | None = None,
+        numa: Sequence[int | None] | None = None,
     ) -> FakeNvml:
-        """`count` GPUs of one product: direct NVLinks per `nvlink[i][j]`, or `nvswitch_links` each into a switch."""
+        """`count` GPUs of one product (or one GPU per name of a list): direct NVLinks per `nvlink[i][j]`,
+        or `nvswitch_links` each into a switch. GPU UUIDs derive from name and index (stable)."""
+        names = [name] * count if isinstance(name, str) else list(name)
+        count = len(names)
         gpus = []
-        for i in range(count):
-            gpu_uuid = f"GPU-{uuid.uuid5(_FAKE_NAMESPACE, f'{name}/{i}')}"
-            info = GpuInfo(i, gpu_uuid, name, f"00000000:{i + 16:02x}:00.0", 81559)
+        for i, gpu_name in enumerate(names):
+            gpu_uuid = f"GPU-{uuid.uuid5(_FAKE_NAMESPACE, f'{gpu_name}/{i}')}"
+            memory = lookup_model(gpu_name.replace(" ", "-")).memory_mib or 81559
+            info = GpuInfo(i, gpu_uuid, gpu_name, f"00000000:{i + 16:02x}:00.0", memory)
             links = [NvLink(NVLINK_REMOTE_SWITCH, "FFFFFFFF:FF:FF.0")] * nvswitch_links
             for j, width in enumerate((nvlink or [[]] * count)[i]):
                 links += [NvLink(NVLINK_REMOTE_GPU, f"00000000:{j + 16:02x}:00.0")] * (width if j != i else 0)
@@ -141,11 +146,22 @@ class FakeNvml:
     def create_mig(self, gpu: int, profile: str, start: int) -> MigInstance:
         device = self._gpu(gpu)
         self._check_create(device, profile, start)
-        self._serial += 1
-        mig_uuid = f"MIG-{uuid.uuid5(_FAKE_NAMESPACE, f'{device.info.uuid}/{start}/{self._serial}')}"
+        self.mig_serial += 1
+        mig_uuid = f"MIG-{uuid.uuid5(_FAKE_NAMESPACE, f'{device.info.uuid}/{start}/{self.mig_serial}')}"
         instance = MigInstance(gpu, profile, start, mig_uuid)
         device.instances[start] = instance
         self.created.append((gpu, profile, start))
+        return instance
+
+    def restore_mig(self, gpu: int, profile: str, start: int, mig_uuid: str | None = None) -> MigInstance:
+        """Put back an instance that already exists (state read from a file), under `create_mig`'s rules;
+        not recorded in `created`. Without `mig_uuid`, one derived from GPU, profile and start."""
+        device = self._gpu(gpu)
+        self._check_create(device, profile, start)
+        if mig_uuid is None:
+            mig_uuid = f"MIG-{uuid.uuid5(_FAKE_NAMESPACE, f'{device.info.uuid}/{profile}@{start}')}"
+        instance = MigInstance(gpu, profile, start, mig_uuid)
+        device.instances[start] = instance
         return instance
 
     def destroy_mig(self, gpu: int, start: int) -> None:

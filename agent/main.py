@@ -5,6 +5,9 @@ pods and NVML): read the Node (is it dynamic MIG?), read NVML, destroy dynamic-M
 pod holds, verify what the kubelet handed each pod (podresources) against its assignment, publish the
 node annotations (`gpu-topology`, `mig-layout`, `devices-in-use`), and sync the device plugins
 (restarting and re-registering them after a kubelet restart).
+
+On GPU-less clusters (e2e tests) `--fake-nvml PATH` or $GPUPACK_AGENT_FAKE_NVML replaces NVML by a fake
+node file (`agent.fake_nvml_file`); the agent says so with a WARNING at start.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +26,7 @@ import grpc
 from gpupack.agent.allocator import Allocator
 from gpupack.agent.devices import NodeGpus, advertised
 from gpupack.agent.devices_in_use import Blocked, devices_in_use
+from gpupack.agent.fake_nvml_file import FakeNvmlFileError, FileNvml
 from gpupack.agent.metrics import PODRESOURCES_ERRORS, observe
 from gpupack.agent.mig_lifecycle import held_instances, reconcile, unheld
 from gpupack.agent.node_publisher import NodeApi, desired_annotations, is_dynamic_mig, publish
@@ -36,6 +41,7 @@ from gpupack.scoring.facts import GpuSlot
 
 log = logging.getLogger("gpupack.agent")
 METRICS_PORT_ENV, DEFAULT_METRICS_PORT = "GPUPACK_AGENT_METRICS_PORT", 9402  # 0: no metrics server
+FAKE_NVML_ENV = "GPUPACK_AGENT_FAKE_NVML"  # a fake node file instead of NVML (--fake-nvml wins)
 LEFTOVER = "MIG instance exists in NVML, no pod holds it, and it could not be destroyed"
 
 
@@ -98,6 +104,26 @@ class AgentLoop:
         return devices_in_use(self.discrepancies, blocked, live_assigned(pods, self.node))
 
 
+def select_nvml(flag: str | None, environ: Mapping[str, str] = os.environ) -> Nvml:
+    """NVML, or the fake node file `flag` names (else $GPUPACK_AGENT_FAKE_NVML), announced by a WARNING.
+
+    FakeNvmlFileError when that file cannot be read or is malformed.
+    """
+    path = flag or environ.get(FAKE_NVML_ENV)
+    if not path:
+        from gpupack.agent.real_nvml import RealNvml
+
+        return RealNvml()
+    nvml = FileNvml.open(Path(path))
+    log.warning(
+        "running on a FAKE NVML from %s (%s): %d fake GPU(s), no real GPU; MIG changes are written to that file",
+        path,
+        "--fake-nvml" if flag else f"${FAKE_NVML_ENV}",
+        len(nvml.devices),
+    )
+    return nvml
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of `gpupack agent` (in a DaemonSet pod; NODE_NAME from the downward API)."""
     from kubernetes import client
@@ -107,7 +133,6 @@ def run(args: argparse.Namespace) -> int:
     from gpupack.agent.node_publisher import KubeNodeApi
     from gpupack.agent.podresources import KubeletPodResources
     from gpupack.agent.pods import KubePods
-    from gpupack.agent.real_nvml import RealNvml
     from gpupack.extender.sources.kube_api import load_kube_config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -115,9 +140,14 @@ def run(args: argparse.Namespace) -> int:
     if not node:
         log.error("the node's name is needed: --node or $NODE_NAME")
         return 2
+    try:
+        nvml = select_nvml(getattr(args, "fake_nvml", None))
+    except FakeNvmlFileError as exc:
+        log.error("%s", exc)
+        return 2
     core = client.CoreV1Api(load_kube_config(args.kubeconfig))
     loop = AgentLoop(
-        node, RealNvml(), KubePods(core, node), KubeNodeApi(core, node), Path(args.plugin_dir), KubeletPodResources()
+        node, nvml, KubePods(core, node), KubeNodeApi(core, node), Path(args.plugin_dir), KubeletPodResources()
     )
     metrics_port = int(os.environ.get(METRICS_PORT_ENV, DEFAULT_METRICS_PORT))
     if metrics_port:

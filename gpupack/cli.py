@@ -148,6 +148,13 @@ def _agent(sub: Subparsers) -> None:
     agent.add_argument("--node", help="this node's name (default: $NODE_NAME)")
     agent.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster config)")
     agent.add_argument("--plugin-dir", default="/var/lib/kubelet/device-plugins", help="kubelet device-plugin folder")
+    agent.add_argument(
+        "--fake-nvml",
+        metavar="PATH",
+        help="GPU-less test clusters only: fake GPUs and MIG instances from this JSON file instead of NVML; MIG "
+        "changes are written back to it (default: $GPUPACK_AGENT_FAKE_NVML; format: docs/agent.md)",
+    )
+
 
 def main(argv: Sequence[str] | None = None, prog: str = "gpupack") -> int:
     """Entry point of the `gpupack` console script."""
