@@ -51,6 +51,19 @@ def test_whole_gpus_are_the_assigned_ones_and_the_oldest_pod_goes_first(plugin_d
     assert envs["NVIDIA_VISIBLE_DEVICES"] == f"{uuids[0]},{uuids[2]}"
 
 
+def test_pods_created_in_one_second_go_in_binding_order_not_by_name(plugin_dir, kubelet, agents) -> None:
+    """The kubelet keeps arrival (binding) order among equal creation seconds: the resourceVersion tells it."""
+    nvml = FakeNvml.build(count=2)
+    uuids = [gpu.uuid for gpu in nvml.gpus()]
+    first = make_pod("running", [{GPU: 1}], [{"index": 0}], created="2026-01-01T00:00:01Z")
+    second = make_pod("finished", [{GPU: 1}], [{"index": 1}], created="2026-01-01T00:00:01Z")
+    first["metadata"]["resourceVersion"], second["metadata"]["resourceVersion"] = "1201", "1202"
+    _start(plugin_dir, kubelet, agents, nvml, MemoryPods([second, first]))
+    kubelet.wait_registered({GPU})
+    chosen, envs = kubelet.admit(GPU, uuids, 1)
+    assert chosen == [uuids[0]] and envs["NVIDIA_VISIBLE_DEVICES"] == uuids[0]
+
+
 def test_unmatched_containers_are_refused_with_the_pod_named(plugin_dir, kubelet, agents) -> None:
     nvml = FakeNvml.build(count=4)
     uuids = [gpu.uuid for gpu in nvml.gpus()]
