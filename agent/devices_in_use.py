@@ -10,7 +10,9 @@ is nothing to tell. Value (slots spelled as in `gpupack.io/assignment`):
   does not name — it has none (another scheduler or device plugin), or names others.
 - `blocked`: slots nothing should be placed on: a dynamic-MIG placement NVML refused to create (kept
   `REFUSAL_TTL_S` seconds, or until a create there succeeds), and a dynamic-MIG instance no pod holds
-  that the agent could not destroy.
+  that the agent could not destroy; and on a node that is not dynamic MIG, a whole GPU whose MIG mode
+  is on with no instance on it (an operator turned MIG on and made none yet): nothing on it can be handed
+  out, and `gpupack serve` would otherwise count it a whole GPU.
 A slot that a live pod's assignment on this node names is left out of both: `gpupack serve` already
 charges it to that pod, and when that pod goes, the annotation changes and serve charges the rest.
 """
@@ -24,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpupack.agent.devices import NodeGpus
 from gpupack.agent.verification import Discrepancy
 from gpupack.scoring.facts import GpuSlot
 
@@ -36,6 +39,20 @@ class Blocked:
 
     slot: GpuSlot
     reason: str
+
+
+EMPTY_MIG_GPU = "MIG mode is on and the GPU holds no MIG instance: nothing on it can be handed out"
+
+
+def empty_mig_gpus(gpus: NodeGpus) -> list[Blocked]:
+    """Whole-GPU blocks for the MIG-enabled GPUs without instances of a static (not dynamic-MIG) node."""
+    if gpus.dynamic_mig:
+        return []
+    return [
+        Blocked(GpuSlot(gpu.index), EMPTY_MIG_GPU)
+        for gpu in gpus.gpus
+        if gpus.mig_enabled[gpu.index] and not gpus.instances[gpu.index]
+    ]
 
 
 @dataclass

@@ -25,7 +25,7 @@ import grpc
 
 from gpupack.agent.allocator import Allocator
 from gpupack.agent.devices import NodeGpus, advertised
-from gpupack.agent.devices_in_use import Blocked, devices_in_use
+from gpupack.agent.devices_in_use import Blocked, devices_in_use, empty_mig_gpus
 from gpupack.agent.fake_nvml_file import FakeNvmlFileError, FileNvml
 from gpupack.agent.metrics import PODRESOURCES_ERRORS, observe
 from gpupack.agent.mig_lifecycle import held_instances, reconcile, unheld
@@ -99,7 +99,7 @@ class AgentLoop:
             log.debug("pod %s holds %s beyond its assignment", found.pod, [s.to_json() for s in found.extra])
         blocked = self.manager.allocator.refusals.current() + [
             Blocked(GpuSlot(i.gpu, mig=i.profile, start=i.start), LEFTOVER) for i in leftovers
-        ]
+        ] + empty_mig_gpus(gpus)
         observe(self.discrepancies, blocked)
         return devices_in_use(self.discrepancies, blocked, live_assigned(pods, self.node))
 

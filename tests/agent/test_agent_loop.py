@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
+from gpupack.agent.devices_in_use import EMPTY_MIG_GPU
 from gpupack.agent.fake_nvml import FakeNvml
 from gpupack.agent.main import AgentLoop
 from gpupack.agent.pods import MemoryPods
@@ -28,3 +32,23 @@ def test_a_step_publishes_reconciles_and_serves(plugin_dir, kubelet) -> None:
         assert len(node_api.patches) == 1  # nothing changed the second time
     finally:
         loop.manager.stop()
+
+
+def test_a_static_node_blocks_a_mig_gpu_without_instances_and_a_dynamic_one_does_not(plugin_dir, kubelet) -> None:
+    """Found on the real node: gpupack serve counted such a GPU whole and assigned it; the agent refused."""
+    nvml = FakeNvml.build(["NVIDIA H100 80GB HBM3"] * 3, mig_enabled=True)
+    nvml.devices[0] = dataclasses.replace(nvml.devices[0], mig_enabled=False)
+    nvml.create_mig(1, "3g.40gb", 0)
+    cases: list[tuple[dict[str, str], list[dict[str, object]]]] = [
+        ({}, [{"index": 2, "reason": EMPTY_MIG_GPU}]),
+        ({"gpupack.io/mig": "dynamic"}, []),
+    ]
+    for operator_annotations, blocked in cases:
+        node_api = FakeNodeApi(operator_annotations)
+        loop = AgentLoop(NODE, nvml, MemoryPods([]), node_api, plugin_dir)
+        try:
+            loop.step()
+        finally:
+            loop.manager.stop()
+        published = node_api.node["metadata"]["annotations"].get("gpupack.io/devices-in-use")
+        assert (json.loads(published)["blocked"] if published else []) == blocked
