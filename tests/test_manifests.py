@@ -21,12 +21,14 @@ import yaml
 
 from gpupack.scoring.geometry import FAMILIES, MAX_FIT, SHAPES, slice_bits
 
-K8S_VERSION = "1.28"  # the kube-scheduler image is v1.28.4
+K8S_VERSION = "1.37"  # the newest supported minor (manifests/kubernetes-versions)
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "manifests"
 EXAMPLES = MANIFESTS / "examples"
 CLUSTER_FILE = EXAMPLES / "cluster.yaml"
 NAMESPACE = "gpupack-system"
+AGENT_NAMESPACE = "gpupack-agent"
+AGENT_FILES = tuple(f"agent/{path.name}#" for path in (MANIFESTS / "agent").glob("*.yaml"))
 SERVICE_ACCOUNT = "gpupack-scheduler"
 
 # The gpupack sidecar's ClusterRole, exactly: (API group, resource, verb).
@@ -83,11 +85,7 @@ SCHEMA_OBJECTS = [(i, obj) for i, obj in ALL_OBJECTS if (obj["apiVersion"], obj[
 
 
 def _find(kind: str, name: str) -> dict[str, Any]:
-    matches = [
-        obj
-        for _, obj in _objects(_manifest_files())
-        if obj["kind"] == kind and obj["metadata"]["name"] == name
-    ]
+    matches = [obj for _, obj in _objects(_manifest_files()) if obj["kind"] == kind and obj["metadata"]["name"] == name]
     assert len(matches) == 1, f"expected one {kind}/{name} in manifests/, found {len(matches)}"
     return matches[0]
 
@@ -145,9 +143,7 @@ def expected_mig_profiles() -> set[str]:
 
 def _me_profiles(family_name: str) -> set[str]:
     family = FAMILIES[family_name]
-    return {
-        p for p in expected_mig_profiles() if p.endswith(".me") and p.removesuffix(".me") in family.profiles
-    }
+    return {p for p in expected_mig_profiles() if p.endswith(".me") and p.removesuffix(".me") in family.profiles}
 
 
 def _family_of(product: str):
@@ -178,7 +174,15 @@ def test_every_object_validates_against_kubernetes_schema(obj_id: str, obj: dict
 
 def test_only_the_known_custom_resources_skip_the_schemas() -> None:
     skipped = [i for i, obj in ALL_OBJECTS if (obj["apiVersion"], obj["kind"]) in CUSTOM_RESOURCES]
-    assert skipped == ["monitoring.yaml#1:ServiceMonitor/gpupack"]
+    assert skipped == []  # `kubectl apply -k manifests/` must work on a cluster without any CRD
+
+
+def test_the_service_monitor_is_kept_apart_and_valid_in_shape() -> None:
+    (monitor,) = _docs(MANIFESTS / "prometheus-operator" / "servicemonitor.yaml")
+    assert (monitor["apiVersion"], monitor["kind"]) in CUSTOM_RESOURCES
+    assert monitor["metadata"]["namespace"] == NAMESPACE
+    (kustomization,) = _docs(MANIFESTS / "prometheus-operator" / "kustomization.yaml")
+    assert kustomization["resources"] == ["servicemonitor.yaml"]
 
 
 def test_cluster_file_is_a_v1_list() -> None:
@@ -190,9 +194,12 @@ def test_cluster_file_is_a_v1_list() -> None:
 
 
 def test_namespaced_objects_live_in_gpupack_system() -> None:
+    """Everything but the node agent, which has a namespace of its own that admits privileged pods."""
     cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
     for obj_id, obj in _objects(_manifest_files()):
-        if obj["kind"] in cluster_scoped:
+        if obj_id.startswith(AGENT_FILES):
+            assert obj["kind"] in cluster_scoped or obj["metadata"]["namespace"] == AGENT_NAMESPACE, obj_id
+        elif obj["kind"] in cluster_scoped:
             assert "namespace" not in obj["metadata"], obj_id
         elif (obj["kind"], obj["metadata"]["name"]) == (
             "RoleBinding",
@@ -284,9 +291,7 @@ def test_managed_resources_are_exactly_the_gpu_resources_gpupack_understands() -
     managed = extender["managedResources"]
     names = [r["name"] for r in managed]
     assert len(names) == len(set(names)), "duplicate managedResources"
-    expected = {"nvidia.com/gpu", "gpupack.io/gpu-milli"} | {
-        f"nvidia.com/mig-{p}" for p in expected_mig_profiles()
-    }
+    expected = {"nvidia.com/gpu", "gpupack.io/gpu-milli"} | {f"nvidia.com/mig-{p}" for p in expected_mig_profiles()}
     assert set(names) == expected
     ignored = {r["name"]: r["ignoredByScheduler"] for r in managed}
     assert all(value is False for value in ignored.values())  # gpu-milli too: gpupack agent advertises it
@@ -315,9 +320,7 @@ def _rule_tuples(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
 
 
 def _subjects_are_our_service_account(binding: dict[str, Any]) -> None:
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}
-    ]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}]
 
 
 def test_extender_cluster_role_grants_exactly_what_the_sidecar_needs() -> None:
@@ -422,7 +425,7 @@ def test_deployment_runs_upstream_scheduler_and_gpupack_sidecar() -> None:
     assert [c["name"] for c in pod["containers"]] == ["kube-scheduler", "gpupack", "metrics"]  # metrics: #16
 
     scheduler = _container("kube-scheduler")
-    assert scheduler["image"] == "registry.k8s.io/kube-scheduler:v1.28.4"
+    assert scheduler["image"].startswith("registry.k8s.io/kube-scheduler:v1.")  # tag: test_kube_versions.py
     assert "--config=/etc/kubernetes/scheduler/config.yaml" in scheduler["args"]
     probe = scheduler["livenessProbe"]["httpGet"]
     assert (probe["port"], probe["path"], probe["scheme"]) == (10259, "/healthz", "HTTPS")
@@ -454,10 +457,7 @@ def test_deployment_mounts_the_config_maps_where_the_commands_read_them() -> Non
         (mount,) = [m for m in _container(container)["volumeMounts"] if m["mountPath"] == path]
         return volumes[mount["name"]]
 
-    assert (
-        mounted("kube-scheduler", "/etc/kubernetes/scheduler")["configMap"]["name"]
-        == "gpupack-scheduler-config"
-    )
+    assert mounted("kube-scheduler", "/etc/kubernetes/scheduler")["configMap"]["name"] == "gpupack-scheduler-config"
     assert mounted("gpupack", "/etc/gpupack")["configMap"]["name"] == "gpupack-policy"
     assert "config.yaml" in _find("ConfigMap", "gpupack-scheduler-config")["data"]
     assert "policy.yaml" in _find("ConfigMap", "gpupack-policy")["data"]
@@ -638,9 +638,7 @@ def test_cluster_node_labels_and_status(node: dict[str, Any]) -> None:
 
 def test_v100_node_is_a_dgx1_hybrid_cube_mesh() -> None:
     (node,) = [
-        n
-        for n in _cluster_nodes()
-        if n["metadata"]["labels"]["nvidia.com/gpu.product"] == "Tesla-V100-SXM2-32GB"
+        n for n in _cluster_nodes() if n["metadata"]["labels"]["nvidia.com/gpu.product"] == "Tesla-V100-SXM2-32GB"
     ]
     nvlink = json.loads(node["metadata"]["annotations"]["gpupack.io/gpu-topology"])["nvlink"]
     # nvidia-smi topo -m on a DGX-1V
@@ -675,14 +673,10 @@ def test_cluster_pods_are_running_and_bound() -> None:
             assert resources["requests"] == resources["limits"]
     assert sum(_assignment(p) is not None for p in pods) >= 4
     unassigned = [p for p in pods if _assignment(p) is None]
-    assert any(
-        p["spec"]["schedulerName"] != "gpupack" and "nvidia.com/gpu" in _pod_limits(p) for p in unassigned
-    )
+    assert any(p["spec"]["schedulerName"] != "gpupack" and "nvidia.com/gpu" in _pod_limits(p) for p in unassigned)
 
 
-@pytest.mark.parametrize(
-    "pod", [p for p in _cluster_pods() if _assignment(p)], ids=lambda p: p["metadata"]["name"]
-)
+@pytest.mark.parametrize("pod", [p for p in _cluster_pods() if _assignment(p)], ids=lambda p: p["metadata"]["name"])
 def test_cluster_assignment_matches_node_and_request(pod: dict[str, Any]) -> None:
     assignment = _assignment(pod)
     assert assignment is not None

@@ -164,8 +164,8 @@ SERVICE_MONITOR_KEYS = {  # monitoring.coreos.com/v1 ServiceMonitor: the fields 
 
 
 def test_service_monitor_scrapes_the_metrics_container_through_the_service() -> None:
-    monitoring = objects("monitoring.yaml")
-    service, monitor = monitoring["Service"], monitoring["ServiceMonitor"]
+    service = objects("monitoring.yaml")["Service"]
+    monitor = objects("prometheus-operator/servicemonitor.yaml")["ServiceMonitor"]
     (deployment,) = [d for d in yaml.safe_load_all((MANIFESTS / "deployment.yaml").read_text()) if d]
     pod = deployment["spec"]["template"]
     (container,) = [c for c in pod["spec"]["containers"] if c["name"] == "metrics"]
