@@ -5,8 +5,11 @@
 # say so (`... serve --cluster-file /usr/share/gpupack/cluster.yaml --host 0.0.0.0`).
 # In the cluster (manifests/deployment.yaml) it runs `gpupack serve --host 127.0.0.1 ...` next to
 # kube-scheduler, as uid 10001, with a read-only root filesystem and an emptyDir at /tmp.
+# BASE: any image with python/pip 3.11 on PATH and a writable site-packages; the e2e suite, which cannot
+# pull from a registry, builds one from Debian packages (tests/e2e/images.py: --build-arg BASE=localhost/...).
+ARG BASE=python:3.11-slim
 
-FROM python:3.11-slim AS build
+FROM ${BASE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 # README.m[d]: pyproject.toml names README.md as the long description
@@ -19,7 +22,7 @@ COPY report/ report/
 COPY bench/ bench/
 RUN pip wheel --wheel-dir /wheels .
 
-FROM python:3.11-slim
+FROM ${BASE}
 # The root filesystem is read-only in the cluster: numba's kernel cache goes
 # to /tmp (an emptyDir there). The kernels are compiled at build time into the seed cache, which
 # `gpupack serve` copies into the emptyDir before any kernel runs (extender/numba_cache.py).

@@ -1,11 +1,11 @@
 """A real Kubernetes control plane on 127.0.0.1 with gpupack as kube-scheduler's extender (issue #12).
 
 `ControlPlane` starts etcd (Debian's `etcd-server`, from PATH), the upstream kube-apiserver and
-kube-scheduler v1.28.4 (from `$KUBE_BIN`, else unpacked once from `../shared/kube/*.xz` into the
-git-ignored `.cache/kube/` and checked against `SHA256SUMS`) and `gpupack serve --kubeconfig` as the
-extender. kube-scheduler runs the KubeSchedulerConfiguration that `manifests/scheduler-config.yaml`
-ships, with exactly three rewrites (`e2e_scheduler_config`): the kubeconfig path, the extender's port
-and leader election off. Facts behind the flags: `../shared/kube/README.md`.
+kube-scheduler of one Kubernetes release (built from Go modules into a cache: `kube_programs`) and
+`gpupack serve --kubeconfig` as the extender. kube-scheduler runs the KubeSchedulerConfiguration that
+`manifests/scheduler-config.yaml` ships, with exactly three rewrites (`e2e_scheduler_config`): the
+kubeconfig path, the extender's port and leader election off. Facts behind the flags:
+`../shared/kube/README.md`.
 
 Used by `tests/e2e/` and meant for a throughput benchmark, so nothing here depends on pytest. Every
 process runs in its own process group and `stop()` kills all of them and removes the temporary folder,
@@ -17,8 +17,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import copy
-import hashlib
-import lzma
 import os
 import shutil
 import signal
@@ -39,19 +37,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
+from gpupack.bench.kube_programs import NEWEST, MissingBinary, kube_bin_dir
 from gpupack.errors import GpupackError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCHEDULER_MANIFEST = REPO_ROOT / "manifests" / "scheduler-config.yaml"
-KUBE_CACHE = REPO_ROOT / ".cache" / "kube"
-KUBE_PROGRAMS = ("kube-apiserver", "kube-scheduler")
 HOST = "127.0.0.1"
 # The only fields of the shipped KubeSchedulerConfiguration that the e2e run may change.
 E2E_REWRITES = ("clientConnection.kubeconfig", "extenders[0].urlPrefix", "leaderElection.leaderElect")
-GET_BINARIES = (
-    "kube-apiserver and kube-scheduler come from ../shared/kube/*.xz (or a folder named by $KUBE_BIN, or "
-    "../shared elsewhere via $GPUPACK_SHARED); etcd: apt-get update && apt-get install -y etcd-server"
-)
+GET_ETCD = "apt-get update && apt-get install -y etcd-server"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
 
@@ -59,86 +53,12 @@ class ControlPlaneError(GpupackError, RuntimeError):
     """The control plane could not be set up or did not answer in time."""
 
 
-class MissingBinary(ControlPlaneError):
-    """A program the control plane needs is not there; the message says how to get it."""
-
-
-# ============================================================ binaries
-def shared_dir() -> Path:
-    """The `shared` folder beside the repository (`$GPUPACK_SHARED` overrides)."""
-    return Path(os.environ.get("GPUPACK_SHARED") or REPO_ROOT.parent / "shared")
-
-
-def kube_bin_dir() -> Path:
-    """The folder holding kube-apiserver and kube-scheduler: `$KUBE_BIN`, else the unpacked cache."""
-    folder = os.environ.get("KUBE_BIN")
-    if folder:
-        missing = [name for name in KUBE_PROGRAMS if not os.access(Path(folder) / name, os.X_OK)]
-        if missing:
-            raise MissingBinary(f"$KUBE_BIN={folder} lacks executable {', '.join(missing)}; {GET_BINARIES}")
-        return Path(folder)
-    return unpack_kube_binaries(shared_dir() / "kube", KUBE_CACHE)
-
-
-def unpack_kube_binaries(source: Path, cache: Path) -> Path:
-    """Unpack `source/<program>.xz` into `cache` once, checked against `source/SHA256SUMS`."""
-    sums_file = source / "SHA256SUMS"
-    if not sums_file.is_file():
-        raise MissingBinary(f"{sums_file} not found; {GET_BINARIES}")
-    expected = read_sha256sums(sums_file)
-    cache.mkdir(parents=True, exist_ok=True)
-    for name in KUBE_PROGRAMS:
-        target = cache / name
-        if name not in expected:
-            raise MissingBinary(f"{sums_file} has no sum for {name}")
-        if target.is_file() and sha256_of(target) == expected[name]:
-            continue
-        packed = source / f"{name}.xz"
-        if not packed.is_file():
-            raise MissingBinary(f"{packed} not found; {GET_BINARIES}")
-        _unpack(packed, target, expected[name])
-    return cache
-
-
-def read_sha256sums(path: Path) -> dict[str, str]:
-    """File name -> hex sum, from a `sha256sum` output file."""
-    sums: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            digest, name = line.split(maxsplit=1)
-            sums[name.lstrip("*")] = digest
-    return sums
-
-
-def sha256_of(path: Path) -> str:
-    """Hex SHA-256 of a file."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _unpack(packed: Path, target: Path, expected_sum: str) -> None:
-    """Decompress `packed` beside `target`, check its sum, make it executable and move it in place."""
-    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-    digest = hashlib.sha256()
-    with lzma.open(packed, "rb") as source, partial.open("wb") as sink:
-        for block in iter(lambda: source.read(1 << 20), b""):
-            digest.update(block)
-            sink.write(block)
-    if digest.hexdigest() != expected_sum:
-        partial.unlink()
-        raise ControlPlaneError(f"{packed} unpacks to sha256 {digest.hexdigest()}, SHA256SUMS says {expected_sum}")
-    partial.chmod(0o755)
-    os.replace(partial, target)  # atomic: a concurrent run sees the old file or the whole new one
-
-
+# ============================================================ programs
 def find_etcd() -> str:
     """Path of `etcd` on PATH."""
     found = shutil.which("etcd")
     if found is None:
-        raise MissingBinary(f"etcd is not on PATH; {GET_BINARIES}")
+        raise MissingBinary(f"etcd is not on PATH; {GET_ETCD}")
     return found
 
 
@@ -159,6 +79,14 @@ def http_status(url: str, context: ssl.SSLContext | None = None, timeout: float 
         return exc.code
     except (OSError, urllib.error.URLError):
         return None
+
+
+def insecure_context() -> ssl.SSLContext:
+    """TLS without verification: kube-scheduler and the controller manager serve self-signed loopback certs."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 def wait_until(what: str, check: Callable[[], bool], timeout: float, interval: float = 0.2) -> None:
@@ -357,8 +285,11 @@ def write_scheduler_config(path: Path, kubeconfig: Path, extender_port: int) -> 
 class ControlPlane:
     """etcd, kube-apiserver, kube-scheduler and `gpupack serve` on 127.0.0.1; a context manager."""
 
-    def __init__(self, kube_bin: Path | None = None, etcd: str | None = None, verbosity: int = 2) -> None:
-        self.kube_bin = kube_bin or kube_bin_dir()
+    def __init__(
+        self, version: str = NEWEST, kube_bin: Path | None = None, etcd: str | None = None, verbosity: int = 2
+    ) -> None:
+        self.version = version
+        self.kube_bin = kube_bin or kube_bin_dir(version)
         self.etcd_program = etcd or find_etcd()
         self.verbosity = verbosity
         self.workdir = Path(tempfile.mkdtemp(prefix="gpupack-e2e-"))
@@ -373,6 +304,7 @@ class ControlPlane:
         self.kubeconfig = self.workdir / "kubeconfig"
         self.scheduler_config_path = self.workdir / "scheduler-config.yaml"
         self._api_client: Any = None
+        self.processes: list[Process] = []  # every one started, in order; stop() kills them in reverse
 
     # ------------------------------------------------ lifecycle
     def __enter__(self) -> ControlPlane:
@@ -383,12 +315,8 @@ class ControlPlane:
 
     def start(self) -> ControlPlane:
         """Start everything and wait until each part answers; stops what started if one fails."""
-        atexit.register(self.stop)
         try:
-            self.certs = make_certificates(self.workdir / "pki")
-            write_kubeconfig(self.kubeconfig, f"https://{HOST}:{self.apiserver_port}", self.certs)
-            self.start_etcd()
-            self.start_apiserver()
+            self._start_api()
             self.start_gpupack()
             self.write_scheduler_config()
             self.start_scheduler()
@@ -397,11 +325,18 @@ class ControlPlane:
             raise
         return self
 
+    def _start_api(self) -> None:
+        """Certificates, the admin kubeconfig, etcd and kube-apiserver (what every variant needs)."""
+        atexit.register(self.stop)
+        self.certs = make_certificates(self.workdir / "pki")
+        write_kubeconfig(self.kubeconfig, f"https://{HOST}:{self.apiserver_port}", self.certs)
+        self.start_etcd()
+        self.start_apiserver()
+
     def stop(self) -> None:
         """Kill every process group and remove the temporary folder (safe to call twice)."""
-        for process in (self.scheduler, self.gpupack, self.apiserver, self.etcd):
-            if process is not None:
-                process.kill(signal.SIGTERM, grace=3.0)
+        for process in reversed(self.processes):
+            process.kill(signal.SIGTERM, grace=3.0)
         if self._api_client is not None:
             with contextlib.suppress(Exception):
                 self._api_client.close()
@@ -430,7 +365,7 @@ class ControlPlane:
         self._wait_http("etcd", f"{client_url}/health", self.etcd, timeout=60)
 
     def start_apiserver(self) -> None:
-        """kube-apiserver over etcd, RBAC, no ServiceAccount admission; waits for /readyz."""
+        """kube-apiserver over etcd, RBAC and the default admission plugins; waits for /readyz."""
         certs = self._certs()
         argv = [
             str(self.kube_bin / "kube-apiserver"),
@@ -439,6 +374,9 @@ class ControlPlane:
             f"--advertise-address={HOST}",
             f"--secure-port={self.apiserver_port}",
             "--service-cluster-ip-range=10.0.0.0/24",
+            # from 1.37 a loopback advertise address is refused for the `kubernetes` Service's
+            # endpoints; nothing here routes Service IPs anyway (pods are told 127.0.0.1 directly)
+            "--endpoint-reconciler-type=none",
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
             f"--tls-cert-file={certs.serving_cert}",
             f"--tls-private-key-file={certs.serving_key}",
@@ -446,8 +384,8 @@ class ControlPlane:
             f"--service-account-key-file={certs.service_account_pub}",
             f"--service-account-signing-key-file={certs.service_account_key}",
             "--service-account-issuer=https://kubernetes.default.svc",
-            "--authorization-mode=RBAC",
-            "--disable-admission-plugins=ServiceAccount",
+            "--authorization-mode=Node,RBAC",
+            "--allow-privileged=true",  # as kubeadm and every managed control plane set it
             "--profiling=false",
             "--v=1",
         ]
@@ -526,11 +464,12 @@ class ControlPlane:
             f"--v={self.verbosity}",
         ]
         self.scheduler = self._process("kube-scheduler", argv).start()
-        insecure = ssl.create_default_context()
-        insecure.check_hostname = False
-        insecure.verify_mode = ssl.CERT_NONE  # kube-scheduler serves a self-signed certificate on loopback
         self._wait_http(
-            "kube-scheduler", f"https://{HOST}:{self.scheduler_port}/healthz", self.scheduler, insecure, timeout
+            "kube-scheduler",
+            f"https://{HOST}:{self.scheduler_port}/healthz",
+            self.scheduler,
+            insecure_context(),
+            timeout,
         )
 
     def kill_scheduler(self) -> None:
@@ -565,9 +504,23 @@ class ControlPlane:
 
         return client.CoreV1Api(self.api_client())
 
-    def create_namespace(self, name: str) -> None:
-        """Create a namespace."""
-        self.core().create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    def create_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
+        """Create a namespace and its `default` ServiceAccount.
+
+        Without a controller-manager nothing else makes that account, and the ServiceAccount admission
+        plugin (on, as in any cluster) refuses pods whose account does not exist.
+        """
+        core = self.core()
+        metadata = {"name": name, "labels": dict(labels or {})}
+        core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": metadata})
+        from kubernetes.client.exceptions import ApiException
+
+        account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}
+        try:
+            core.create_namespaced_service_account(name, account)
+        except ApiException as exc:
+            if exc.status != 409:  # a controller-manager, where one runs, may have made it first
+                raise
 
     def create_node(self, body: Mapping[str, Any]) -> None:
         """Create a Node (its `.status` is kept) and merge-patch away the not-ready taint the API server adds."""
@@ -610,7 +563,9 @@ class ControlPlane:
         return self.certs
 
     def _process(self, name: str, argv: list[str], cwd: Path | None = None) -> Process:
-        return Process(name, argv, self.workdir / f"{name}.log", cwd)
+        process = Process(name, argv, self.workdir / f"{name}.log", cwd)
+        self.processes.append(process)
+        return process
 
     def _wait_http(
         self, what: str, url: str, process: Process, context: ssl.SSLContext | None = None, timeout: float = 60
@@ -622,6 +577,15 @@ class ControlPlane:
             return http_status(url, context) == 200
 
         wait_until(f"{what} at {url}", ready, timeout)
+
+    def _wait_log(self, what: str, process: Process, text: str, timeout: float = 60) -> None:
+        """Wait until `process`'s log holds `text`, failing early (with the log) if it exits."""
+
+        def logged() -> bool:
+            process.check_alive()
+            return text in process.log_text()
+
+        wait_until(f"{what} to log {text!r}", logged, timeout)
 
 
 def _in_parallel(work: Callable[[Any], None], items: Iterable[Any], threads: int) -> None:

@@ -1,8 +1,9 @@
 """Fixtures of the end-to-end suite: one real control plane per session, a namespace and nodes per test.
 
-`make e2e` runs this folder; `make test` does not (pyproject's `norecursedirs`). Without the
-binaries the suite skips with a message saying how to get them, except in CI (`CI=true`), where it
-fails: there it must run.
+`make e2e` runs this folder; `make test` does not (pyproject's `norecursedirs`). The control-plane
+cases run once per Kubernetes release of `CONTROL_PLANE_VERSIONS`. `make e2e` builds missing programs
+first; when one is still missing the cases fail naming it and the command that builds it. They skip
+only when asked to (`GPUPACK_E2E_ALLOW_SKIP=1`), never under `CI=true`: a green run means they ran.
 """
 
 from __future__ import annotations
@@ -13,21 +14,27 @@ from collections.abc import Generator, Iterator
 
 import pytest
 
-from gpupack.bench.controlplane import ControlPlane, MissingBinary
+from gpupack.bench.controlplane import ControlPlane
+from gpupack.bench.kube_programs import CONTROL_PLANE_VERSIONS, MissingBinary
 from tests.e2e.cluster import E2ECluster
 
 LOG_TAIL = 40  # lines of each log printed when a test fails
 
 
-@pytest.fixture(scope="session")
-def control_plane() -> Iterator[ControlPlane]:
-    """etcd, kube-apiserver, kube-scheduler (the shipped config) and `gpupack serve`, for the session."""
+def missing_program(exc: MissingBinary) -> None:
+    """Fail (or, when asked for outside CI, skip) because a program the suite needs is missing."""
+    if os.environ.get("GPUPACK_E2E_ALLOW_SKIP") == "1" and os.environ.get("CI") != "true":
+        pytest.skip(f"GPUPACK_E2E_ALLOW_SKIP=1 and {exc}")
+    pytest.fail(f"the e2e suite cannot run: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session", params=CONTROL_PLANE_VERSIONS)
+def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    """etcd, kube-apiserver, kube-scheduler (the shipped config) and `gpupack serve` of one release."""
     try:
-        plane = ControlPlane().start()
+        plane = ControlPlane(version=request.param).start()
     except MissingBinary as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the e2e suite must run in CI, but: {exc}", pytrace=False)
-        pytest.skip(f"no control plane for the e2e suite: {exc}")
+        missing_program(exc)
     try:
         yield plane
     finally:
@@ -38,7 +45,7 @@ def control_plane() -> Iterator[ControlPlane]:
 def cluster(control_plane: ControlPlane, request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
     """A fresh namespace and node-name prefix for one test; its pods and nodes are deleted afterwards."""
     short = uuid.uuid4().hex[:5]
-    namespace = f"e2e-{request.node.name[5:30].replace('_', '-').strip('-').lower()}-{short}"
+    namespace = f"e2e-{request.node.originalname[5:30].replace('_', '-').strip('-').lower()}-{short}"
     control_plane.create_namespace(namespace)
     test_cluster = E2ECluster(control_plane, namespace, prefix=f"n{short}")
     try:

@@ -54,8 +54,11 @@ class AgentNode:
         annotations = {**self.operator_annotations, **{k: v for k, v in published.items() if v is not None}}
         allocatable = {resource: len(devices) for resource, devices in advertised(gpus).items()}
         info = self.nvml.gpus()[0]
-        labels = {"nvidia.com/gpu.product": info.product, "nvidia.com/gpu.count": str(len(self.nvml.gpus())),
-                  "nvidia.com/gpu.memory": str(info.memory_mib)}
+        labels = {
+            "nvidia.com/gpu.product": info.product,
+            "nvidia.com/gpu.count": str(len(self.nvml.gpus())),
+            "nvidia.com/gpu.memory": str(info.memory_mib),
+        }
         return node_body(self.name, allocatable, labels, annotations)
 
 
@@ -113,8 +116,10 @@ def _expected_devices(node: AgentNode, slots: tuple[GpuSlot, ...]) -> list[str]:
 def test_each_kind_gets_in_allocate_exactly_its_assignment(
     cluster: E2ECluster, agent_nodes: dict[str, AgentNode]
 ) -> None:
-    bodies = [pod_body(name, {resource: amount}, node_affinity={"kubernetes.io/hostname": [agent_nodes[kind].name]})
-              for name, (kind, resource, amount) in PODS.items()]
+    bodies = [
+        pod_body(name, {resource: amount}, node_affinity={"kubernetes.io/hostname": [agent_nodes[kind].name]})
+        for name, (kind, resource, amount) in PODS.items()
+    ]
     bound = cluster.wait_all_bound(cluster.create_pods(bodies), timeout=90)
     assert bound == {name: agent_nodes[kind].name for name, (kind, _, _) in PODS.items()}
     pods = {pod["metadata"]["name"]: pod for pod in cluster.pods()}

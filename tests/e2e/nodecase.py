@@ -1,0 +1,223 @@
+"""What the real-node cases share: the cluster they run on and how they read a pod's devices.
+
+`NodeCluster` is the full control plane at the newest release, the real node, the locally built
+images imported into its containerd and the shipped manifests applied through `deploy.py`. The node's
+GPUs are a fake NVML file (`FAKE_GPUS`): GPUs 0-3 whole (NVLinked pairs 0-1 and 2-3), GPU 4 with static
+MIG instances (one a media-extension instance), GPU 5 with MIG on and no instance (dynamic MIG).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from gpupack.agent.fake_nvml_file import FileNvml
+from gpupack.agent.kubelet import podresources_pb2 as pr
+from gpupack.agent.kubelet import podresources_pb2_grpc as pr_grpc
+from gpupack.agent.podresources import KubeletPodResources
+from gpupack.extender.pod_request import assignment_from_pod
+from gpupack.scoring.facts import GpuSlot
+from tests.e2e.deploy import FAKE_NVML_FILE
+from tests.e2e.realcluster import FullControlPlane
+from tests.e2e.realnode import RealNode, RealNodeError, container_log, pod_summary, wait_for
+
+PRODUCT = "NVIDIA H100 80GB HBM3"
+STATIC_INSTANCES = (("1g.10gb+me", 0), ("1g.10gb", 1), ("2g.20gb", 2), ("3g.40gb", 4))
+FAKE_GPUS: dict[str, Any] = {
+    "gpus": [{"name": PRODUCT, "mig": index >= 4, "uuid": f"GPU-e2e0000{index}"} for index in range(6)],
+    "nvlink": [[18 if {i, j} in ({0, 1}, {2, 3}) else 0 for j in range(6)] for i in range(6)],
+    "numa": [0, 0, 1, 1, 0, 1],
+    "instances": [{"gpu": 4, "profile": profile, "start": start} for profile, start in STATIC_INSTANCES],
+}
+NODE_LABELS = {  # what GPU feature discovery would label, and the agent's node selector
+    "gpupack.io/agent": "true",
+    "nvidia.com/gpu.product": PRODUCT.replace(" ", "-"),
+    "nvidia.com/gpu.count": "6",
+    "nvidia.com/gpu.memory": "81559",
+}
+ENV_LINE = re.compile(r"^(NVIDIA_VISIBLE_DEVICES|GPUPACK_GPU_MILLI)=(.*)$", re.M)
+BUSYBOX = "localhost/busybox:e2e"
+
+
+@dataclass
+class NodeCluster:
+    """The full control plane, the real node on it, and the namespace the cases' pods live in."""
+
+    plane: FullControlPlane
+    node: RealNode
+    namespace: str
+
+    def core(self) -> Any:
+        return self.plane.core()
+
+    def allocatable_now(self, resource: str) -> int:
+        """How many devices of `resource` the kubelet offers now (podresources, its live view)."""
+        try:
+            with grpc.insecure_channel(f"unix://{self.node.pod_resources_socket}") as channel:
+                stub = pr_grpc.PodResourcesListerStub(channel)
+                answer = stub.GetAllocatableResources(pr.AllocatableResourcesRequest(), timeout=5)
+        except grpc.RpcError:  # the kubelet is restarting
+            return 0
+        return sum(len(d.device_ids) for d in answer.devices if d.resource_name == resource)
+
+    def gpus(self) -> FileNvml:
+        """The fake GPUs as the agent left them (MIG instances it created included)."""
+        return FileNvml.open(Path(FAKE_NVML_FILE))
+
+    def pod(self, name: str) -> Any:
+        return self.core().read_namespaced_pod(name, self.namespace)
+
+    def create(self, body: dict[str, Any]) -> str:
+        self.core().create_namespaced_pod(self.namespace, body)
+        return str(body["metadata"]["name"])
+
+    def delete(self, name: str) -> None:
+        self.core().delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+
+    def wait_running(self, name: str, timeout: float = 120) -> Any:
+        """The pod once every container runs; RealNodeError with its state when it fails or times out."""
+        last: list[Any] = [None]
+
+        def running() -> bool:
+            last[0] = pod = self.pod(name)
+            if pod.status.phase in ("Failed", "Succeeded"):
+                raise RealNodeError(f"pod {name} ended: {pod_summary(pod)}; events: {self.events(name)}")
+            return pod.status.phase == "Running" and bool(self.container_env(name))
+
+        try:
+            wait_for(f"pod {name} to run and print its devices", running, timeout)
+        except RealNodeError as exc:
+            raise RealNodeError(f"{exc}; {pod_summary(last[0])}; events: {self.events(name)}") from exc
+        return last[0]
+
+    def container_env(self, name: str) -> dict[str, str]:
+        """The device variables the container printed at start (empty until it printed them)."""
+        try:
+            text = container_log(self.core(), self.namespace, name)
+        except Exception:  # no log yet: the container is still starting
+            return {}
+        return dict(ENV_LINE.findall(text))
+
+    def events(self, name: str) -> list[str]:
+        """`reason: message` of the events about one pod of the namespace."""
+        events = self.core().list_namespaced_event(self.namespace, field_selector=f"involvedObject.name={name}")
+        return [f"{event.reason}: {event.message}" for event in events.items]
+
+    def held(self, name: str) -> dict[str, tuple[str, ...]]:
+        """What the kubelet's podresources API says the pod's containers hold, per resource."""
+        for held in KubeletPodResources(self.node.pod_resources_socket).list_held():
+            if held.pod == f"{self.namespace}/{name}":
+                return dict(held.devices)
+        return {}
+
+    def assignment(self, name: str) -> tuple[GpuSlot, ...]:
+        """The slots of the pod's `gpupack.io/assignment` annotation."""
+        pod = self.core().api_client.sanitize_for_serialization(self.pod(name))
+        placement = assignment_from_pod(pod)
+        assert placement is not None, f"pod {name} has no assignment"
+        return placement.slots
+
+
+def gpu_pod(name: str, limits: dict[str, int], init_sleep: float = 0) -> dict[str, Any]:
+    """A host-network busybox pod for the gpupack scheduler that prints its device variables and waits."""
+    script = 'echo "NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES"; echo "GPUPACK_GPU_MILLI=$GPUPACK_GPU_MILLI"'
+    container = {
+        "name": "main",
+        "image": BUSYBOX,
+        "imagePullPolicy": "Never",
+        "command": ["sh", "-c", f"{script}; exec sleep 3600"],
+        "resources": {
+            "requests": {"cpu": "10m", "memory": "16Mi"},
+            "limits": {key: str(value) for key, value in limits.items()},
+        },
+    }
+    spec: dict[str, Any] = {
+        "schedulerName": "gpupack",
+        "hostNetwork": True,
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 1,
+        "containers": [container],
+    }
+    if init_sleep:
+        init = {"name": "wait", "image": BUSYBOX, "imagePullPolicy": "Never", "command": ["sleep", str(init_sleep)]}
+        spec["initContainers"] = [init]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def expected_ids(gpus: FileNvml, slots: tuple[GpuSlot, ...]) -> list[str]:
+    """The UUIDs NVIDIA's container toolkit must be given for `slots`: GPUs' or MIG instances'."""
+    uuids = []
+    for slot in slots:
+        if slot.mig:
+            (instance,) = [i for i in gpus.mig_instances(slot.index) if (i.profile, i.start) == (slot.mig, slot.start)]
+            uuids.append(instance.uuid)
+        else:
+            uuids.append(gpus.gpus()[slot.index].uuid)
+    return uuids
+
+
+def held_gpus(gpus: FileNvml, device_ids: tuple[str, ...]) -> set[str]:
+    """The GPU or MIG UUIDs that podresources device IDs stand for (`<uuid>/milli-k`, `<uuid>/<profile>/k`)."""
+    known = {gpu.uuid for gpu in gpus.gpus()} | {
+        instance.uuid for gpu in gpus.gpus() for instance in gpus.mig_instances(gpu.index)
+    }
+    found = set()
+    for device in device_ids:
+        head = device.split("/", 1)[0]
+        assert head in known, f"podresources names {device}, which no GPU or instance is"
+        found.add(head)
+    return found
+
+
+def wait_gone(cluster: NodeCluster, name: str, timeout: float = 60) -> None:
+    """Until the pod is deleted from the API server."""
+    from kubernetes.client.exceptions import ApiException
+
+    def gone() -> bool:
+        try:
+            cluster.pod(name)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(f"pod {name} to be gone", gone, timeout)
+
+
+def write_fake_gpus(path: Path, dynamic: bool = False) -> None:
+    """The node's fake NVML file (the agent reads it at start and writes its MIG changes back).
+
+    `dynamic`: every GPU with MIG on and no instance, as a dynamic-MIG node starts.
+    """
+    gpus = dict(FAKE_GPUS)
+    if dynamic:
+        gpus["gpus"] = [{**gpu, "mig": True} for gpu in FAKE_GPUS["gpus"]]
+        gpus["instances"] = []
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(gpus, indent=1))
+
+
+def reconfigure(cluster: NodeCluster, dynamic: bool) -> None:
+    """As an operator changes a node's MIG mode: the agent off, the GPUs changed, the node marked, the agent on.
+
+    Waits until the kubelet offers the new mode's devices (its podresources view; the Node's allocatable
+    can run ahead of it while re-registered plugins' devices are still unhealthy).
+    """
+    core = cluster.core()
+    name = cluster.node.name
+    core.patch_node(name, {"metadata": {"labels": {"gpupack.io/agent": "false"}}})
+    wait_for("the agent pod to go", lambda: not core.list_namespaced_pod("gpupack-agent").items, 120)
+    write_fake_gpus(Path(FAKE_NVML_FILE), dynamic)
+    mode = {"gpupack.io/mig": "dynamic" if dynamic else None}
+    core.patch_node(name, {"metadata": {"labels": {"gpupack.io/agent": "true"}, "annotations": mode}})
+    resource = "nvidia.com/mig-3g.40gb" if dynamic else "nvidia.com/gpu"
+
+    def offered() -> bool:
+        allocatable = core.read_node(name).status.allocatable or {}
+        return int(allocatable.get(resource, "0")) > 0 < cluster.allocatable_now(resource)
+
+    wait_for(f"the agent to offer {resource}", offered, 180)

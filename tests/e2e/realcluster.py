@@ -1,0 +1,84 @@
+"""A whole small cluster on 127.0.0.1: the control plane with controllers and a default kube-scheduler.
+
+`ControlPlane` (bench/controlplane.py) runs gpupack and its kube-scheduler as local processes. A real
+node instead runs them as the shipped Deployment, and the shipped DaemonSet runs the agent; someone must
+turn those into pods and place them. `FullControlPlane` therefore starts, beside etcd and
+kube-apiserver, kube-controller-manager (the controllers those objects need) and a kube-scheduler with
+the default profile, and no gpupack of its own.
+"""
+
+from __future__ import annotations
+
+from gpupack.bench.controlplane import HOST, ControlPlane, free_port, insecure_context
+from gpupack.bench.kube_programs import NEWEST, NODE_PROGRAMS, kube_bin_dir
+
+# What the shipped objects need: workload controllers, the ServiceAccount and root-CA publishers that
+# pods' projected tokens need, namespace and garbage collection. No node lifecycle controller: it
+# would taint fake nodes of other tests that no kubelet heartbeats.
+CONTROLLERS = (
+    "deployment",
+    "replicaset",
+    "daemonset",
+    "serviceaccount",
+    "serviceaccount-token",
+    "root-ca-cert-publisher",
+    "namespace",
+    "garbagecollector",
+)
+
+
+class FullControlPlane(ControlPlane):
+    """etcd, kube-apiserver, kube-controller-manager and the default kube-scheduler of one release."""
+
+    def __init__(self, version: str = NEWEST, verbosity: int = 2) -> None:
+        super().__init__(version, kube_bin=kube_bin_dir(version, NODE_PROGRAMS), verbosity=verbosity)
+
+    def start(self) -> FullControlPlane:
+        """Start everything and wait until each part answers; stops what started if one fails."""
+        try:
+            self._start_api()
+            self.start_controller_manager()
+            self.start_default_scheduler()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def start_controller_manager(self) -> None:
+        """kube-controller-manager with the CONTROLLERS only, no leader election."""
+        certs = self._certs()
+        port = free_port()
+        argv = [
+            str(self.kube_bin / "kube-controller-manager"),
+            f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}",
+            "--leader-elect=false",
+            f"--controllers={','.join(CONTROLLERS)}",
+            f"--service-account-private-key-file={certs.service_account_key}",
+            f"--root-ca-file={certs.ca_cert}",
+            "--use-service-account-credentials=false",
+            f"--bind-address={HOST}",
+            f"--secure-port={port}",
+            "--authorization-always-allow-paths=/healthz",
+            "--v=1",
+        ]
+        process = self._process("kube-controller-manager", argv).start()
+        self._wait_http("kube-controller-manager", f"https://{HOST}:{port}/healthz", process, insecure_context())
+
+    def start_default_scheduler(self) -> None:
+        """kube-scheduler with its built-in configuration (profile `default-scheduler`)."""
+        port = free_port()
+        argv = [
+            str(self.kube_bin / "kube-scheduler"),
+            f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}",
+            "--leader-elect=false",
+            f"--bind-address={HOST}",
+            f"--secure-port={port}",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+            f"--v={self.verbosity}",
+        ]
+        self.scheduler = self._process("default-scheduler", argv).start()
+        self._wait_http("default kube-scheduler", f"https://{HOST}:{port}/healthz", self.scheduler, insecure_context())
