@@ -578,15 +578,6 @@ class ControlPlane:
 
         wait_until(f"{what} at {url}", ready, timeout)
 
-    def _wait_log(self, what: str, process: Process, text: str, timeout: float = 60) -> None:
-        """Wait until `process`'s log holds `text`, failing early (with the log) if it exits."""
-
-        def logged() -> bool:
-            process.check_alive()
-            return text in process.log_text()
-
-        wait_until(f"{what} to log {text!r}", logged, timeout)
-
 
 def _in_parallel(work: Callable[[Any], None], items: Iterable[Any], threads: int) -> None:
     """Run `work` on every item from `threads` threads; re-raises the first failure."""

@@ -49,19 +49,11 @@ class FullControlPlane(ControlPlane):
         certs = self._certs()
         port = free_port()
         argv = [
-            str(self.kube_bin / "kube-controller-manager"),
-            f"--kubeconfig={self.kubeconfig}",
-            f"--authentication-kubeconfig={self.kubeconfig}",
-            f"--authorization-kubeconfig={self.kubeconfig}",
-            "--leader-elect=false",
+            *self._component("kube-controller-manager", port),
             f"--controllers={','.join(CONTROLLERS)}",
             f"--service-account-private-key-file={certs.service_account_key}",
             f"--root-ca-file={certs.ca_cert}",
             "--use-service-account-credentials=false",
-            f"--bind-address={HOST}",
-            f"--secure-port={port}",
-            "--authorization-always-allow-paths=/healthz",
-            "--v=1",
         ]
         process = self._process("kube-controller-manager", argv).start()
         self._wait_http("kube-controller-manager", f"https://{HOST}:{port}/healthz", process, insecure_context())
@@ -69,16 +61,19 @@ class FullControlPlane(ControlPlane):
     def start_default_scheduler(self) -> None:
         """kube-scheduler with its built-in configuration (profile `default-scheduler`)."""
         port = free_port()
-        argv = [
-            str(self.kube_bin / "kube-scheduler"),
+        self.scheduler = self._process("default-scheduler", self._component("kube-scheduler", port)).start()
+        self._wait_http("default kube-scheduler", f"https://{HOST}:{port}/healthz", self.scheduler, insecure_context())
+
+    def _component(self, program: str, port: int) -> list[str]:
+        """A control-plane program on the admin kubeconfig, no leader election, serving /healthz on `port`."""
+        return [
+            str(self.kube_bin / program),
             f"--kubeconfig={self.kubeconfig}",
             f"--authentication-kubeconfig={self.kubeconfig}",
             f"--authorization-kubeconfig={self.kubeconfig}",
             "--leader-elect=false",
             f"--bind-address={HOST}",
             f"--secure-port={port}",
-            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+            "--authorization-always-allow-paths=/healthz",
             f"--v={self.verbosity}",
         ]
-        self.scheduler = self._process("default-scheduler", argv).start()
-        self._wait_http("default kube-scheduler", f"https://{HOST}:{port}/healthz", self.scheduler, insecure_context())

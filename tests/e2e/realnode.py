@@ -40,7 +40,14 @@ from typing import Any
 
 import yaml
 
-from gpupack.bench.controlplane import NOT_READY_TAINT, ControlPlane, Process, http_status
+from gpupack.bench.controlplane import (
+    NOT_READY_TAINT,
+    ControlPlane,
+    ControlPlaneError,
+    Process,
+    http_status,
+    wait_until,
+)
 from gpupack.errors import GpupackError
 
 NODE_NAME = "127.0.0.1"
@@ -82,11 +89,10 @@ class RealNodeError(GpupackError, RuntimeError):
 # ============================================================ small helpers
 def wait_for(what: str, check: Callable[[], bool], timeout: float, interval: float = 0.25) -> None:
     """Call `check` until it is true; RealNodeError naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise RealNodeError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
+    try:
+        wait_until(what, check, timeout, interval)
+    except ControlPlaneError as exc:
+        raise RealNodeError(str(exc)) from None
 
 
 def run(argv: Sequence[str], timeout: float = 120) -> str:
