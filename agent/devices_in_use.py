@@ -28,6 +28,7 @@ from typing import Any
 
 from gpupack.agent.devices import NodeGpus
 from gpupack.agent.verification import Discrepancy
+from gpupack.extender.node_usage import MAX_REASON
 from gpupack.scoring.facts import GpuSlot
 
 REFUSAL_TTL_S = 600.0
@@ -88,7 +89,9 @@ def devices_in_use(discrepancies: Iterable[Discrepancy], blocked: Iterable[Block
     held = {slot for slots in pods.values() for slot in slots}
     unique = {b.slot: b for b in blocked if b.slot not in named | held}
     value: dict[str, object] = {"pods": {p: [s.to_json() for s in slots] for p, slots in sorted(pods.items()) if slots}}
-    value["blocked"] = [{**b.slot.to_json(), "reason": b.reason} for b in sorted(unique.values(), key=_order_blocked)]
+    value["blocked"] = [  # serve refuses a longer reason, and with it the whole annotation
+        {**b.slot.to_json(), "reason": b.reason[:MAX_REASON]} for b in sorted(unique.values(), key=_order_blocked)
+    ]
     value = {key: part for key, part in value.items() if part}
     return json.dumps(value, separators=(",", ":")) if value else None
 

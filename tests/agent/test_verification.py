@@ -15,6 +15,7 @@ from gpupack.agent.metrics import REGISTRY
 from gpupack.agent.podresources import HeldDevices, KubeletPodResources
 from gpupack.agent.pods import MemoryPods, live_assigned
 from gpupack.agent.verification import Discrepancy, compare
+from gpupack.extender.node_usage import MAX_REASON, parse_devices_in_use
 from gpupack.scoring.facts import GpuSlot
 from tests.agent.conftest import NODE, FakePodResources, make_pod
 from tests.agent.test_node_publisher import FakeNodeApi
@@ -96,6 +97,16 @@ def test_refusals_last_until_a_create_succeeds_or_their_ttl() -> None:
     assert refusals.current() == [Blocked(other, "Insufficient Resources")]
     now[0] = 61
     assert refusals.current() == []
+
+
+def test_a_long_nvml_reason_is_cut_to_what_serve_accepts() -> None:
+    """serve refuses a reason over MAX_REASON characters, and with it the node's whole annotation."""
+    blocked = [Blocked(GpuSlot(0, mig="3g.40gb", start=4), "NVML refused: " + "x" * 2000)]
+    value = devices_in_use([], blocked, set())
+    assert value is not None
+    usage = parse_devices_in_use(NODE, json.loads(value))
+    assert usage.blocked == (GpuSlot(0, mig="3g.40gb", start=4),)
+    assert len(json.loads(value)["blocked"][0]["reason"]) == MAX_REASON
 
 
 def test_a_step_publishes_devices_in_use_and_the_metrics(plugin_dir, kubelet, podresources) -> None:
