@@ -4,8 +4,7 @@
 kube-scheduler of one Kubernetes release (built from Go modules into a cache: `kube_programs`) and
 `gpupack serve --kubeconfig` as the extender. kube-scheduler runs the KubeSchedulerConfiguration that
 `manifests/scheduler-config.yaml` ships, with exactly three rewrites (`e2e_scheduler_config`): the
-kubeconfig path, the extender's port and leader election off. Facts behind the flags:
-`../shared/kube/README.md`.
+kubeconfig path, the extender's port and leader election off. Why each flag is there is said beside it.
 
 Used by `tests/e2e/` and meant for a throughput benchmark, so nothing here depends on pytest. Every
 process runs in its own process group and `stop()` kills all of them and removes the temporary folder,

@@ -1,11 +1,11 @@
 """Throughput under the real kube-scheduler: gpupack beside a trivial extender, side by side (issue #12).
 
-On one control plane per cluster size (etcd + kube-apiserver + kube-scheduler v1.28.4, `bench.controlplane`)
-with N fake nodes of 8 `nvidia.com/gpu` each, every run creates the pods with the scheduler stopped, starts
-the extender (gpupack, or `bench.trivial_extender`) and then kube-scheduler with the shipped configuration,
-and waits until every pod is bound. Runs alternate between the two extenders. pods/s is measured from the
-first to the last "Successfully bound" line of kube-scheduler's log, so start-up does not count. Each
-process's CPU time over the same window (from /proc) says where the time goes.
+On one control plane per cluster size (etcd + kube-apiserver + kube-scheduler of the newest tested release,
+`bench.controlplane`) with N fake nodes of 8 `nvidia.com/gpu` each, every run creates the pods with the
+scheduler stopped, starts the extender (gpupack, or `bench.trivial_extender`) and then kube-scheduler with the
+shipped configuration, and waits until every pod is bound. Runs alternate between the two extenders. pods/s is
+measured from the first to the last "Successfully bound" line of kube-scheduler's log, so start-up does not
+count. Each process's CPU time over the same window (from /proc) says where the time goes.
 
     gpupack bench --throughput [--out DIR]
 """
@@ -33,6 +33,7 @@ from gpupack.bench.controlplane import (
     wait_until,
     write_kubeconfig,
 )
+from gpupack.bench.kube_programs import NEWEST
 
 PRODUCT = "NVIDIA-H100-80GB-HBM3"
 BOUND = re.compile(rb'^I\d{4} (\d\d):(\d\d):(\d\d\.\d+) .*"Successfully bound pod to node"', re.MULTILINE)
@@ -223,9 +224,9 @@ def render_markdown(results: Sequence[RunResult], machine: dict[str, Any], confi
         f"Written by `gpupack bench --throughput` on {machine['date']}, commit `{machine['commit'][:12]}`, "
         f"{machine['cpu']} ({machine['cores']} cores), Python {machine['python']}. Every figure comes from this run.",
         "",
-        f"etcd 3.4 + kube-apiserver + kube-scheduler v1.28.4 (the shipped KubeSchedulerConfiguration), N fake "
+        f"etcd 3.4 + kube-apiserver + kube-scheduler {NEWEST} (the shipped KubeSchedulerConfiguration), N fake "
         f"nodes of 8 `nvidia.com/gpu`, {config.pods} one-GPU pods created with the scheduler stopped; then the "
-        "extender and kube-scheduler start. pods/s = binds / (first → last \"Successfully bound\" in "
+        'extender and kube-scheduler start. pods/s = binds / (first → last "Successfully bound" in '
         f"kube-scheduler's log). {config.rounds} runs per extender and size, alternating; medians. The trivial "
         "extender answers the first candidate and binds with one Binding POST (pre-assembled JSON over a "
         "kept-alive TLS connection), on gpupack's own uvicorn configuration (`bench/trivial_extender.py`).",

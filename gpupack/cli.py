@@ -1,4 +1,4 @@
-"""`gpupack` command line (DESIGN.md §6): serve, simulate, bench, explain, topology, agent, report."""
+"""`gpupack` command line (docs/contracts.md#cli): serve, simulate, bench, explain, topology, agent, report."""
 
 from __future__ import annotations
 
@@ -89,7 +89,9 @@ def _bench(sub: Subparsers) -> None:
         "--out", help="report folder (default bench/results; with --quick a new temporary folder, printed at the end)"
     )
     bench.add_argument(
-        "--throughput", action="store_true", help="only the real kube-scheduler throughput (needs ../shared/kube, etcd)"
+        "--throughput",
+        action="store_true",
+        help="only the real kube-scheduler throughput (needs etcd and the programs `make e2e` builds)",
     )
     bench.add_argument("--only", help="run only these sections, e.g. openb,churn (openb churn mig nvlink cost speed)")
     bench.add_argument("--cache", help="keep finished simulation runs in this folder and reuse them (same code)")
