@@ -1,4 +1,4 @@
-"""`gpupack agent`: the node half of gpupack (DESIGN.md §7, issue #14).
+"""`gpupack agent`: the node half of gpupack (docs/contracts.md, issue #14).
 
 It reads the GPUs through NVML, publishes the node's `gpupack.io/gpu-topology` and
 `gpupack.io/mig-layout`, and is the kubelet's device plugin for the resources gpupack places, handing

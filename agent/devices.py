@@ -1,10 +1,10 @@
 """The devices the agent advertises, one resource per device plugin, and the devices each slot means.
 
-Device IDs (what the kubelet counts and hands back in Allocate):
+Device IDs (docs/contracts.md#device-plugins) — what the kubelet counts and hands back in Allocate:
 - `nvidia.com/gpu`: the GPU's UUID, for each GPU with MIG off.
-- `gpupack.io/gpu-milli`: `<GPU UUID>/milli-<k>`, k < 1000, for each GPU with MIG off (DESIGN §3: GPUs x 1000).
+- `gpupack.io/gpu-milli`: `<GPU UUID>/milli-<k>`, k < 1000, for each GPU with MIG off (GPUs x 1000).
 - dynamic MIG, `nvidia.com/mig-<profile>` (`.me` spelling): `<GPU UUID>/<profile>/<k>`, k below the
-  profile's instances per GPU (DESIGN §3: the upper bound; gpupack enforces the real geometry).
+  profile's instances per GPU (the upper bound; gpupack enforces the real geometry).
 - static MIG, `nvidia.com/mig-<profile>`: the UUID of each instance that exists.
 """
 

@@ -1,9 +1,10 @@
 """Publishes `gpupack.io/gpu-topology` and, on static-MIG nodes, `gpupack.io/mig-layout` on the agent's Node.
 
-The agent owns exactly these two annotations (DESIGN §7): it merge-patches only them, only when they
-differ from what the Node holds, and removes `mig-layout` (null in the patch) when the node is not
-static MIG. `numa` is left out of the topology while a GPU's NUMA node is unknown: `gpupack serve`
-reads NUMA nodes as 0..1023, and "absent" means "no preference" there (DESIGN §3).
+The agent owns exactly these two annotations and `gpupack.io/devices-in-use` (agent.devices_in_use;
+docs/contracts.md#node-annotations): it merge-patches only them, only when they differ from what the
+Node holds, and removes `mig-layout` (null in the patch) when the node is not static MIG. `numa` is left
+out of the topology while a GPU's NUMA node is unknown: `gpupack serve` reads NUMA nodes as 0..1023, and
+"absent" means "no preference" there (docs/contracts.md#gpupackiogpu-topology).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The `gpupack.io/gpu-topology` value (DESIGN.md §3, §6) and its reading from `nvidia-smi topo -m`.
+"""The `gpupack.io/gpu-topology` value and its reading from `nvidia-smi topo -m` (docs/contracts.md#gpupack-topology).
 
 `nvidia-smi topo -m` prints a tab-separated matrix: a header row (wrapped in terminal underline escape
 codes) naming the GPU and NIC columns and then `CPU Affinity`, `NUMA Affinity`, `GPU NUMA ID`; one row
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from gpupack.errors import GpupackError
 
-UNKNOWN_NUMA = -1  # DESIGN §6: a GPU whose NUMA affinity is N/A
+UNKNOWN_NUMA = -1  # docs/contracts.md#gpupack-topology: a GPU whose NUMA affinity is N/A
 
 _ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _GPU_NAME = re.compile(r"GPU([0-9]+)")
@@ -39,7 +39,7 @@ class Topology:
         return {"nvlink": [list(row) for row in self.nvlink], "numa": list(self.numa)}
 
     def to_annotation(self) -> str:
-        """The annotation string: compact JSON, keys in DESIGN's order."""
+        """The annotation string: compact JSON, keys in the order of docs/contracts.md."""
         return json.dumps(self.to_json(), separators=(",", ":"))
 
 

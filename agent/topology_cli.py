@@ -1,4 +1,4 @@
-"""`gpupack topology [FILE]` (DESIGN.md §6): print the `gpupack.io/gpu-topology` value for a node."""
+"""`gpupack topology [FILE]`: print a node's `gpupack.io/gpu-topology` value (docs/contracts.md#gpupack-topology)."""
 
 from __future__ import annotations
 

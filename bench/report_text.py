@@ -212,7 +212,7 @@ def _cost(cost: Section, cluster: Sequence[Mapping[str, Any]]) -> str:
         "scale to zero). Busy nodes: nodes holding at least one pod at the end of the run; their hourly cost is "
         "what the cluster costs if the rest scale to zero.\n\n"
         "Read the cost columns with the spot columns: gpupack keeps pods that are not interruptible off spot "
-        "nodes unless little else fits (DESIGN.md §2), so those pods need on-demand nodes"
+        "nodes unless little else fits (docs/contracts.md#gpupackiointerruptible), so those pods need on-demand nodes"
         + (f", which cost {1 / ratio:.1f} times as much" if ratio else "")
         + ("; at load 1.0 the baselines, which ignore capacity type, put " + ", ".join(on_spot)
            + " of them on spot" if on_spot else "")

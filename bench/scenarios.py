@@ -1,9 +1,9 @@
 """Bench clusters from small declarative specs: node model x count, MIG mode, topology, capacity type, price.
 
 `ClusterSpec.build()` gives the `NodeFacts` the simulator runs on; `to_node_yaml` (and
-`python -m bench.scenarios NAME [SCALE]`) writes the same nodes as v1 Node objects (labels and annotations
-of DESIGN.md §3) that `gpupack simulate --nodes` and `extender.node_facts.facts_from_node` read back into
-equal facts.
+`python -m bench.scenarios NAME [SCALE]`) writes the same nodes as v1 Node objects (the labels and
+annotations of docs/contracts.md) that `gpupack simulate --nodes` and `extender.node_facts.facts_from_node`
+read back into equal facts.
 """
 
 from __future__ import annotations

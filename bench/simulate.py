@@ -1,6 +1,6 @@
 """The packing simulator: submit pods one at a time to the same engine the extender runs.
 
-Protocols (DESIGN.md §6): `fgd` — seeded shuffle, tune to 130 % of GPU capacity, one attempt per
+Protocols (docs/contracts.md#cli): `fgd` — seeded shuffle, tune to 130 % of GPU capacity, one attempt per
 pod, failures dropped, allocation read at arrived = 100 % and 130 %; `replay` — file order, once.
 """
 
@@ -67,7 +67,7 @@ class RunResult:
 
 
 def _pod_key(name: str) -> str:
-    """`namespace/name` (DESIGN.md §6); trace pods without a namespace are in `default`."""
+    """`namespace/name` (docs/contracts.md#simulator-json); trace pods without a namespace are in `default`."""
     return name if "/" in name else f"default/{name}"
 
 
@@ -280,7 +280,7 @@ def simulate(
     order_file: str | None = None,
     churn: ChurnConfig | None = None,
 ) -> dict[str, object]:
-    """Run a policy over a trace with a protocol and seeds; the JSON object of DESIGN.md §6.
+    """Run a policy over a trace with a protocol and seeds; the JSON object of docs/contracts.md#simulator-json.
 
     `order_file` (fgd protocol) replaces the seeded shuffle and inflation by a submission order read
     from a file, e.g. the published Go simulator's (`default_seed42_order.txt`), for an exact

@@ -1,4 +1,6 @@
-"""The HTTP service kube-scheduler calls (DESIGN.md §5): routes only read the body, call a verb, answer.
+"""The HTTP service kube-scheduler calls: routes only read the body, call a verb, answer.
+
+The routes and bodies are docs/contracts.md#extender-http-api.
 
 - `POST /filter`, `/prioritize`, `/bind`: plain ASGI endpoints (`VerbEndpoint`) in the FastAPI
   router. They read raw bytes and answer bytes, so FastAPI's per-request machinery (parameter

@@ -1,8 +1,9 @@
 """Decisions: where a pod goes (filter, prioritize, explain), from the pod ledger's picture.
 
-Filter decides in filter (DESIGN.md §1): it chooses one node, commits the chosen placement at once
-and records it as a reservation (extender.reservations), so the next filter sees it; kube-scheduler's
-retry of the same pod gets its reservation back. `decideInFilter: false` and prioritize only look.
+Filter decides in filter (docs/contracts.md#extender-http-api): it chooses one node, commits the chosen
+placement at once and records it as a reservation (extender.reservations), so the next filter sees it;
+kube-scheduler's retry of the same pod gets its reservation back. `decideInFilter: false` and prioritize
+only look.
 
 Before the source's first `Synced` nothing is decided (the HTTP layer answers an `Error`), because
 a partial picture could hand out a GPU that a not-yet-listed pod holds.

@@ -1,4 +1,4 @@
-"""Names of the labels, annotations and resources gpupack reads and writes (DESIGN.md §2–4)."""
+"""Names of the labels, annotations and resources gpupack reads and writes (docs/contracts.md)."""
 
 from __future__ import annotations
 

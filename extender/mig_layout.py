@@ -1,4 +1,6 @@
-"""Static MIG layouts: where a node's existing MIG instances sit, read or inferred (DESIGN.md §3).
+"""Static MIG layouts: where a node's existing MIG instances sit, read or inferred.
+
+The annotation's contract: docs/contracts.md#gpupackiomig-layout.
 
 A layout maps a GPU index to its instances as `(profile, start)` pairs. It is either given by the
 `gpupack.io/mig-layout` annotation (`{"0": ["4g.40gb@0", "3g.40gb@4"]}`; media-extension profiles as

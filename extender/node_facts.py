@@ -1,6 +1,6 @@
-"""NodeFacts from a v1.Node (as a JSON dict): capacity, GPUs, MIG, topology and price (DESIGN.md §3).
+"""NodeFacts from a v1.Node (as a JSON dict): capacity, GPUs, MIG, topology and price (docs/contracts.md#node-labels).
 
-Rules, beyond reading the labels and annotations DESIGN.md names:
+Rules, beyond reading the labels and annotations docs/contracts.md names:
 - Allocatable falls back to capacity when absent (the API server's defaulting); a missing `pods`
   means the kubelet default of 110.
 - GPUs: allocatable `nvidia.com/gpu`. `gpupack.io/mig: "dynamic"` makes every GPU partitionable on

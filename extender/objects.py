@@ -2,7 +2,7 @@
 
 One way to make a Node or a Pod for tests, benchmarks and examples, in the spirit of
 scheduler-plugins' `st.MakePod()`: every field has a plain default, and a call names only what
-matters to it. The shapes follow DESIGN.md §2–3 (labels, annotations and resources gpupack reads).
+matters to it. The shapes follow docs/contracts.md (labels, annotations and resources gpupack reads).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Kubernetes Events on pods (#18 item 2): what gpupack did with a pod, in one line a human reads.
 
 - `Assigned` (Normal) when a bind succeeded: the node, the GPU indices and, per GPU, the MIG
-  instance (profile@start) or the share, as in `gpupack.io/assignment` (DESIGN.md §4), e.g.
+  instance (profile@start) or the share, as in `gpupack.io/assignment` (docs/contracts.md#assignment), e.g.
   `node gpu-node-7: GPU 3 MIG 3g.40gb@4`.
 - `FailedAssignment` (Warning) when a pod keeps failing: at its `REPEATED_FAILURES`-th failed filter or
   bind since it was created or last bound, with the reason; then at most once every

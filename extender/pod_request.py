@@ -1,6 +1,6 @@
 """PodRequest from a v1.Pod (as a JSON dict), and the placement its `gpupack.io/assignment` records.
 
-Resources (DESIGN.md §2), computed as kube-scheduler does for its resource fit:
+Resources (docs/contracts.md#pod-resources), computed as kube-scheduler does for its resource fit:
 - per container, cpu and memory come from requests (limits when a request is absent), GPU-type
   resources from limits (requests when a limit is absent; Kubernetes requires them equal anyway);
 - containers are summed; init containers follow the max rule — the pod needs
@@ -293,7 +293,7 @@ def assignment_from_pod(pod: Mapping[str, Any], request: PodRequest | None = Non
 
 
 def parse_assignment(data: object, request: PodRequest) -> Placement:
-    """A decoded assignment (DESIGN.md §4) as a Placement for `request`; ValueError on garbage."""
+    """A decoded assignment (docs/contracts.md#assignment) as a Placement for `request`; ValueError on garbage."""
     if not isinstance(data, dict) or set(data) != {"node", "gpus"}:
         raise ValueError('must be a JSON object with exactly the keys "node" and "gpus"')
     node, entries = data["node"], data["gpus"]

@@ -1,4 +1,6 @@
-"""The kube-scheduler extender v1 wire format (`k8s.io/kube-scheduler/extender/v1`), DESIGN.md §5.
+"""The kube-scheduler extender v1 wire format (`k8s.io/kube-scheduler/extender/v1`).
+
+What gpupack reads and answers of it: docs/contracts.md#extender-http-api.
 
 Go's structs there have no json tags, so the keys are the capitalised field names. Python code uses
 snake_case attributes; aliases carry the Go names on the wire. Pods and nodes stay plain dicts:
@@ -309,7 +311,7 @@ def _validate(data: dict[str, Any], model: type[_M]) -> _M:
 
 def _check_key_case(data: dict[str, Any], model: type[BaseModel]) -> None:
     """WireError for a key that is one of the model's wire keys in another spelling (`nodenames`,
-    `pod`, `node_names`). The keys are case-sensitive here (DESIGN.md §5 names them); without this
+    `pod`, `node_names`). The keys are case-sensitive here (docs/contracts.md names them); without this
     the error would be about the key found missing instead of the one misspelt."""
     by_folded = _wire_keys(model)
     wrong = [(key, by_folded[_fold(key)]) for key in data if _fold(key) in by_folded and by_folded[_fold(key)] != key]

@@ -1,7 +1,7 @@
-"""The report of one cluster snapshot as a JSON-ready dict (DESIGN.md §6 `gpupack report --json`).
+"""The report of one cluster snapshot as a JSON-ready dict (docs/contracts.md#report-json).
 
-Keys of DESIGN.md: `total_hourly_cost`, `unallocated_hourly_cost`, `by_namespace` ($/h, split
-allocation), `pools`, `drain_plan`. Beyond them: `by_label` ($/h per value of each `--by` label),
+Keys of the original design: `total_hourly_cost`, `unallocated_hourly_cost`, `by_namespace` ($/h,
+split allocation), `pools`, `drain_plan`. Beyond them: `by_label` ($/h per value of each `--by` label),
 `window` (GPU-hours and cost over `--hours`, per namespace and label value), `pods`, `kept` (nodes
 tried for draining and why they stay), `unpriced_nodes` and `unusable_nodes`.
 """

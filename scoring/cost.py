@@ -1,4 +1,4 @@
-"""Split cost allocation (DESIGN.md §6, `gpupack report`), in whole cents so that it adds up exactly.
+"""Split cost allocation (docs/contracts.md#report-json, `gpupack report`), in whole cents so that it adds up exactly.
 
 As EKS split cost allocation: on each node that holds GPU pods, a pod is charged the node's cost x its
 share of the node's GPUs, and the node's unused part is spread over its pods in proportion to that

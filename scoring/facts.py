@@ -11,7 +11,7 @@ from enum import IntEnum
 
 
 class MigMode(IntEnum):
-    """How a node's GPUs are partitioned (DESIGN.md §3)."""
+    """How a node's GPUs are partitioned (docs/contracts.md#gpupackiomig)."""
 
     NONE = 0  # whole GPUs and shares only
     STATIC = 1  # the MIG instances that exist are fixed (allocatable / mig-layout)
@@ -69,5 +69,5 @@ class Placement:
     memory_bytes: int = 0
 
     def to_assignment(self) -> dict[str, object]:
-        """The `gpupack.io/assignment` annotation value (DESIGN.md §4), as a JSON-ready dict."""
+        """The `gpupack.io/assignment` annotation value (docs/contracts.md#assignment), as a JSON-ready dict."""
         return {"node": self.node, "gpus": [slot.to_json() for slot in self.slots]}

@@ -1,4 +1,4 @@
-"""What one pod asks for, in the scoring core's terms (DESIGN.md §2), and its validation."""
+"""What one pod asks for, in the scoring core's terms (docs/contracts.md#pod-resources), and its validation."""
 
 from __future__ import annotations
 

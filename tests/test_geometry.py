@@ -1,4 +1,4 @@
-"""MIG geometry pinned to DESIGN.md §3 and to real `nvidia-smi mig -lgipp` output."""
+"""MIG geometry pinned to docs/contracts.md#mig-geometry and to real `nvidia-smi mig -lgipp` output."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from gpupack.scoring.geometry import (
 from gpupack.scoring.gpu_models import lookup_model
 from tests.conftest import DATA
 
-# DESIGN.md §3: profile -> (starts, memory slices, compute slices), per family
+# docs/contracts.md#mig-geometry: profile -> (starts, memory slices, compute slices), per family
 EIGHTY = {
     "1g.10gb": ((0, 1, 2, 3, 4, 5, 6), 1, 1),
     "1g.20gb": ((0, 2, 4, 6), 2, 1),

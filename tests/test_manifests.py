@@ -128,7 +128,7 @@ def _cluster_pods() -> list[dict[str, Any]]:
 
 def expected_mig_profiles() -> set[str]:
     """Every MIG profile name the code knows, plus the media-extension variants as resource names spell
-    them (DESIGN.md §3): the smallest 1g profile of each family and A30's 2g.12gb."""
+    them (docs/contracts.md#mig-geometry): the smallest 1g profile of each family and A30's 2g.12gb."""
     names: set[str] = set()
     for family in FAMILIES.values():
         names.update(family.profiles)
@@ -261,7 +261,7 @@ def test_scheduler_config_structure() -> None:
     assert extender["nodeCacheCapable"] is True
     assert extender["ignorable"] is False
     assert extender["httpTimeout"] == "5s"
-    assert "preemptVerb" not in extender  # /preempt is not served yet (DESIGN.md §5)
+    assert "preemptVerb" not in extender  # /preempt is not served yet (docs/contracts.md#extender-http-api)
 
 
 def test_scheduler_config_has_no_unknown_keys() -> None:
@@ -298,7 +298,7 @@ def test_managed_resources_are_exactly_the_gpu_resources_gpupack_understands() -
 
 
 def test_expected_mig_profiles_match_design() -> None:
-    """DESIGN.md §3 spelled out, so a change to scoring.geometry is noticed here too."""
+    """docs/contracts.md#mig-geometry spelled out, so a change to scoring.geometry is noticed here too."""
     assert {p for p in expected_mig_profiles() if p.endswith(".me")} == {
         "1g.5gb.me", "1g.10gb.me", "1g.12gb.me", "1g.18gb.me", "1g.6gb.me", "2g.12gb.me",
     }  # fmt: skip

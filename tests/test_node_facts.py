@@ -1,4 +1,4 @@
-"""NodeFacts from v1.Node dicts (DESIGN.md §3)."""
+"""NodeFacts from v1.Node dicts (docs/contracts.md#node-labels)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""PodRequest and assignments from v1.Pod dicts (DESIGN.md §2, §4)."""
+"""PodRequest and assignments from v1.Pod dicts (docs/contracts.md#pod-resources, #assignment)."""
 
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ def test_share_and_mig_kinds() -> None:
 
 
 def test_media_extension_profiles_are_requested_as_dot_me() -> None:
-    """Resource names spell `+me` as `.me` (DESIGN.md §3); gpupack keeps nvidia-smi's name inside."""
+    """Resource names spell `+me` as `.me` (docs/contracts.md#mig-geometry); gpupack keeps nvidia-smi's name inside."""
     mig = request_from_pod(pod(container(limits={"nvidia.com/mig-1g.10gb.me": "1", "nvidia.com/mig-3g.40gb": "1"})))
     assert mig.mig == (("1g.10gb+me", 1), ("3g.40gb", 1))
     with pytest.raises(RequestError, match=r"cannot hold '\+'; ask for nvidia.com/mig-1g.10gb.me"):

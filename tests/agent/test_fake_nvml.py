@@ -41,7 +41,7 @@ def test_direct_nvlinks_count_per_peer_and_numa_falls_back_to_cpu_affinity() -> 
 
 
 def test_capture_table_equals_the_design_geometry() -> None:
-    """What NVML reported on the H100 equals what gpupack derives from DESIGN.md's MIG table."""
+    """What NVML reported on the H100 equals what gpupack derives from the MIG table of docs/contracts.md."""
     captured = profiles_from_capture(json.loads(CAPTURE.read_text())["gpus"][0]["gi_profiles"])
     assert captured == profiles_from_geometry("NVIDIA-H100-80GB-HBM3")
     assert set(captured) == set(PROFILES) - {"5g.50gb"}

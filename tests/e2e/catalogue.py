@@ -1,4 +1,5 @@
-"""The nodes and pods the end-to-end cases use: one builder per kind DESIGN.md §2–3 names.
+"""The nodes and pods the end-to-end cases use: one builder per kind docs/contracts.md names
+(#pod-resources, #node-labels, #node-annotations).
 
 Nodes: whole GPUs of several models, dynamic MIG (allocatable advertises each profile's upper bound,
 since kube-scheduler's own fit sees `nvidia.com/mig-<profile>`), static MIG with a `mig-layout`
@@ -53,7 +54,7 @@ def whole_gpu_node(
 ) -> dict[str, Any]:
     """A node of whole GPUs (no MIG), with a price and optionally an NVLink topology.
 
-    It advertises `gpupack.io/gpu-milli` (GPUs × 1000) as gpupack's node agent does (DESIGN.md §7).
+    It advertises `gpupack.io/gpu-milli` (GPUs × 1000) as gpupack's node agent does (docs/contracts.md#device-plugins).
     Without it kube-scheduler v1.28 does not requeue a pending share pod when such a node is added or
     updated (its pre-enqueue resource check ignores `ignoredByScheduler`): the pod waits for the
     5-minute flush of unschedulable pods.
@@ -103,7 +104,7 @@ def static_mig_node(
     return node_body(name, allocatable, _labels(product, len(layout), capacity_type), annotations)
 
 
-# Two H100s cut into fixed instances, a media-extension one among them (DESIGN.md §3 spelling `+me`).
+# Two H100s cut into fixed instances, a media-extension one among them (docs/contracts.md#mig-geometry spelling `+me`).
 STATIC_H100_LAYOUT = {
     "0": ["1g.10gb+me@0", "1g.10gb@1", "2g.20gb@2", "3g.40gb@4"],
     "1": ["4g.40gb@0", "2g.20gb@4", "1g.10gb@6"],
@@ -111,7 +112,7 @@ STATIC_H100_LAYOUT = {
 
 
 def every_kind_of_node(prefix: str) -> list[dict[str, Any]]:
-    """One cluster with every node kind DESIGN.md names (names start with `prefix`)."""
+    """One cluster with every node kind docs/contracts.md names (names start with `prefix`)."""
     return [
         whole_gpu_node(f"{prefix}-h100-od-0", H100, 8, "on-demand", 98.32, all_to_all_nvlink(8, 18)),
         whole_gpu_node(f"{prefix}-h100-od-1", H100, 8, "on-demand", 98.32, nvlink_islands(8, 4, 18)),
@@ -178,8 +179,9 @@ def pods_of(groups: Sequence[PodGroup]) -> Iterator[dict[str, Any]]:
                 serial += 1
 
 
-# A burst of every request kind (DESIGN.md §2) for `every_kind_of_node`, 300+ pods. Demand is a little
-# over capacity, so some pods must stay Pending; the L4 shares are meant to: at most two fit on its two GPUs.
+# A burst of every request kind (docs/contracts.md#pod-resources) for `every_kind_of_node`, 300+ pods.
+# Demand is a little over capacity, so some pods must stay Pending; the L4 shares are meant to: at most
+# two fit on its two GPUs.
 BURST: tuple[PodGroup, ...] = (
     whole(8, 1),
     whole(6, 1, H100, H200),

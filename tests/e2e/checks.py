@@ -6,7 +6,8 @@ the pod's `spec.nodeName`, a GPU index the node does not have, a slot that does 
 a GPU handed out twice (whole, or whole and shared / MIG), shares over 1000 milli, a MIG instance that
 does not exist in a static layout, overlapping memory slices, more compute slices than the GPU has,
 two media-extension instances on one GPU, a model the pod's affinity excludes. Geometry comes from
-`scoring.geometry` (DESIGN.md §3); the rest is read straight from the objects, independently of gpupack.
+`scoring.geometry` (docs/contracts.md#mig-geometry); the rest is read straight from the objects,
+independently of gpupack.
 """
 
 from __future__ import annotations
