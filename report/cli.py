@@ -12,6 +12,7 @@ from pathlib import Path
 
 import orjson
 
+from gpupack.errors import GpupackError
 from gpupack.extender.settings import Settings, SettingsError
 from gpupack.extender.sources import SourceError
 from gpupack.report.build import build_report
@@ -20,7 +21,7 @@ from gpupack.report.render_text import render_text
 from gpupack.report.snapshot import ClusterSnapshot, read_cluster_file, read_live_cluster, report_settings
 
 
-class ReportError(Exception):
+class ReportError(GpupackError):
     """Input the report cannot use; the message says which and why."""
 
 

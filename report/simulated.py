@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import yaml
 
+from gpupack.errors import GpupackError
 from gpupack.extender.keys import (
     ANNOTATION_ASSIGNMENT,
     ANNOTATION_INTERRUPTIBLE,
@@ -31,7 +32,7 @@ from gpupack.scoring.request import Kind, PodRequest
 SIMULATED_IMAGE = "gpupack.io/simulated"
 
 
-class SimulationError(ValueError):
+class SimulationError(GpupackError, ValueError):
     """Simulation input that cannot be used; says which file and why."""
 
 

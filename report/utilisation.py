@@ -20,12 +20,14 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpupack.errors import GpupackError
+
 UTILISATION_METRIC = "DCGM_FI_DEV_GPU_UTIL"
 TIMEOUT_SECONDS = 30.0
 _WINDOW = re.compile(r"[0-9]+(ms|s|m|h|d|w|y)")
 
 
-class UtilisationError(ValueError):
+class UtilisationError(GpupackError, ValueError):
     """Prometheus could not be asked, or answered something unusable; says which and why."""
 
 

@@ -15,7 +15,7 @@ from gpupack.scoring.request import RequestError
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"extender": "gpupack.extender", "scoring": "gpupack.scoring", "agent": "gpupack.agent",
-            "bench": "gpupack.bench", "gpupack": "gpupack"}  # fmt: skip
+            "bench": "gpupack.bench", "report": "gpupack.report", "gpupack": "gpupack"}  # fmt: skip
 
 
 def error_classes() -> list[tuple[str, str]]:
