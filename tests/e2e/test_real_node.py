@@ -77,7 +77,7 @@ def node_cluster() -> Iterator[NodeCluster]:
         node.stop()
         plane.stop()
         shutil.rmtree(overlay, ignore_errors=True)
-        shutil.rmtree(Path(deploy.FAKE_NVML_DIR), ignore_errors=True)
+        shutil.rmtree(Path(deploy.FAKE_NVML_DIR).parent, ignore_errors=True)  # /var/lib/gpupack-e2e
 
 
 def check_devices(cluster: NodeCluster, name: str, timeout: float = 120) -> list[str]:
