@@ -49,6 +49,7 @@ from gpupack.bench.controlplane import (
     wait_until,
 )
 from gpupack.errors import GpupackError
+from tests.e2e import images as image_builds
 
 NODE_NAME = "127.0.0.1"
 HOST = "127.0.0.1"
@@ -629,8 +630,7 @@ class RealNode:
 
     def import_images(self, archives: list[Path]) -> None:
         """Import OCI image archives into the CRI namespace (images named by their archive's annotation)."""
-        for archive in archives:
-            self.ctr("images", "import", "--all-platforms", str(archive), timeout=300)
+        image_builds.import_images(str(self.containerd_socket), archives)
 
     def images(self) -> list[str]:
         """Names of the images containerd holds for the kubelet."""
