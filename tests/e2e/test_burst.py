@@ -6,6 +6,8 @@ from tests.e2e.catalogue import BURST, L4_SHARES, every_kind_of_node, pods_of
 from tests.e2e.cluster import E2ECluster
 from tests.e2e.reasons import FIT_ERROR, carries_gpupack_reason
 
+OWN_FIT_FULL = "Insufficient gpupack.io/gpu-milli"
+
 
 def test_a_burst_of_every_request_kind_lands_legally_and_the_rest_stays_pending(cluster: E2ECluster) -> None:
     nodes = every_kind_of_node(cluster.prefix)
@@ -30,7 +32,11 @@ def test_a_burst_of_every_request_kind_lands_legally_and_the_rest_stays_pending(
         assert FIT_ERROR in messages[-1], f"{name}: {messages[-1]}"
     # kube-scheduler's own fit counts 2000 gpu-milli on the L4, but only two 600-milli shares fit its two GPUs,
     # and the rest are turned down by gpupack, whose reason the FailedScheduling event carries.
+    # Once other shares have filled the L4's milli count, kube-scheduler's own fit turns the rest down
+    # first (seen on v1.33 when smaller shares land there before the 600s): that is the only other verdict.
     l4_pending = {name: messages for name, messages in settled.pending.items() if name.startswith(f"{L4_SHARES}-")}
     assert len(l4_pending) >= 4
     for name, messages in l4_pending.items():
-        assert carries_gpupack_reason(messages[-1]), f"{name}: {messages[-1]}"
+        last = messages[-1]
+        assert carries_gpupack_reason(last) or OWN_FIT_FULL in last, f"{name}: {last}"
+    assert any(carries_gpupack_reason(m) for messages in l4_pending.values() for m in messages)
