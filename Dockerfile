@@ -14,10 +14,14 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 # README.m[d]: pyproject.toml names README.md as the long description
 COPY pyproject.toml README.m[d] ./
+# one line per component of pyproject.toml's package-dir (tests/test_components.py holds them equal)
 COPY gpupack/ gpupack/
 COPY scoring/ scoring/
+COPY kube/ kube/
 COPY extender/ extender/
 COPY agent/ agent/
+COPY sim/ sim/
+COPY harness/ harness/
 COPY report/ report/
 COPY bench/ bench/
 RUN pip wheel --wheel-dir /wheels .

@@ -25,7 +25,7 @@ quick: $(STAMP)
 # etcd, the real kube-apiserver and kube-scheduler of each release in the matrix, gpupack serve, and a
 # real node; Kubernetes programs missing from ~/.cache/gpupack/kube are built first from Go modules
 e2e: $(STAMP)
-	$(PY) -m gpupack.bench.kube_programs
+	$(PY) -m gpupack.harness.kube_programs
 	$(PY) -m pytest tests/e2e
 
 # ruff, then mypy over the package and tests, each module under its installed gpupack.* name (.ci/typecheck.py)

@@ -13,15 +13,15 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from gpupack.agent.agent_metrics import MIG_CREATE_REFUSALS
 from gpupack.agent.claims import Claim, claims_for, describe
 from gpupack.agent.devices import Device, NodeGpus, advertised
 from gpupack.agent.devices_in_use import Refusals
-from gpupack.agent.metrics import MIG_CREATE_REFUSALS
 from gpupack.agent.mig_lifecycle import MigCreateError, ensure_instance
 from gpupack.agent.nvml import MigInstance, Nvml
 from gpupack.agent.pods import PodLister
 from gpupack.errors import GpupackError
-from gpupack.extender.keys import RESOURCE_GPU_MILLI
+from gpupack.kube.keys import RESOURCE_GPU_MILLI
 from gpupack.scoring.facts import GpuSlot
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"  # what NVIDIA's container toolkit reads (GPU or MIG UUIDs)

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupack.agent.devices import mig_resource
-from gpupack.extender.keys import RESOURCE_GPU, RESOURCE_GPU_MILLI
-from gpupack.extender.pod_request import AssignmentError, assignment_from_pod, container_amounts, pod_key, pod_uid
+from gpupack.kube.keys import RESOURCE_GPU, RESOURCE_GPU_MILLI
+from gpupack.kube.pod_request import AssignmentError, assignment_from_pod, container_amounts, pod_key, pod_uid
 from gpupack.scoring.facts import GpuSlot
 from gpupack.scoring.geometry import canonical_profile
 from gpupack.scoring.request import RequestError

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpupack.agent.nvml import GpuInfo, MigInstance, Nvml
-from gpupack.extender.keys import RESOURCE_GPU, RESOURCE_GPU_MILLI, RESOURCE_MIG_PREFIX
+from gpupack.kube.keys import RESOURCE_GPU, RESOURCE_GPU_MILLI, RESOURCE_MIG_PREFIX
 from gpupack.scoring.geometry import MAX_FIT, ME_SUFFIX, SHAPES, resource_profile
 from gpupack.scoring.gpu_models import lookup_model
 

@@ -1,6 +1,6 @@
 """`gpupack.io/devices-in-use`: what is really held or blocked on this node beyond the assignments.
 
-Written by the agent on its own Node, read by `gpupack serve` (extender.node_usage). Absent when there
+Written by the agent on its own Node, read by `gpupack serve` (kube.node_usage). Absent when there
 is nothing to tell. Value (slots spelled as in `gpupack.io/assignment`):
 
     {"pods": {"ml/x": [{"index": 3}]},
@@ -28,7 +28,7 @@ from typing import Any
 
 from gpupack.agent.devices import NodeGpus
 from gpupack.agent.verification import Discrepancy
-from gpupack.extender.node_usage import MAX_REASON
+from gpupack.kube.node_usage import MAX_REASON
 from gpupack.scoring.facts import GpuSlot
 
 REFUSAL_TTL_S = 600.0

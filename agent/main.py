@@ -23,11 +23,11 @@ from pathlib import Path
 
 import grpc
 
+from gpupack.agent.agent_metrics import PODRESOURCES_ERRORS, observe
 from gpupack.agent.allocator import Allocator
 from gpupack.agent.devices import NodeGpus, advertised
 from gpupack.agent.devices_in_use import Blocked, devices_in_use, empty_mig_gpus
 from gpupack.agent.fake_nvml_file import FakeNvmlFileError, FileNvml
-from gpupack.agent.metrics import PODRESOURCES_ERRORS, observe
 from gpupack.agent.mig_lifecycle import held_instances, reconcile, unheld
 from gpupack.agent.node_publisher import NodeApi, desired_annotations, is_dynamic_mig, publish
 from gpupack.agent.nvml import MigInstance, Nvml
@@ -36,7 +36,7 @@ from gpupack.agent.plugin_manager import PluginManager
 from gpupack.agent.podresources import PodResourcesSource
 from gpupack.agent.pods import Pod, PodLister, live_assigned
 from gpupack.agent.verification import Discrepancy, compare
-from gpupack.extender.keys import ANNOTATION_DEVICES_IN_USE
+from gpupack.kube.keys import ANNOTATION_DEVICES_IN_USE
 from gpupack.scoring.facts import GpuSlot
 
 log = logging.getLogger("gpupack.agent")
@@ -129,11 +129,11 @@ def run(args: argparse.Namespace) -> int:
     from kubernetes import client
     from prometheus_client import start_http_server
 
-    from gpupack.agent.metrics import REGISTRY
+    from gpupack.agent.agent_metrics import REGISTRY
     from gpupack.agent.node_publisher import KubeNodeApi
     from gpupack.agent.podresources import KubeletPodResources
     from gpupack.agent.pods import KubePods
-    from gpupack.extender.sources.kube_api import load_kube_config
+    from gpupack.kube.sources.kube_api import load_kube_config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     node = args.node or os.environ.get("NODE_NAME")

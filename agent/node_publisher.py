@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from gpupack.agent.devices import NodeGpus
 from gpupack.agent.topology import UNKNOWN_NUMA, Topology
-from gpupack.extender.keys import ANNOTATION_GPU_TOPOLOGY, ANNOTATION_MIG, ANNOTATION_MIG_LAYOUT
+from gpupack.kube.keys import ANNOTATION_GPU_TOPOLOGY, ANNOTATION_MIG, ANNOTATION_MIG_LAYOUT
 
 Annotations = dict[str, str | None]
 

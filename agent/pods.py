@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from gpupack.extender.pod_request import AssignmentError, assignment_from_pod
+from gpupack.kube.pod_request import AssignmentError, assignment_from_pod
 from gpupack.scoring.facts import GpuSlot
 from gpupack.scoring.request import RequestError
 
@@ -47,7 +47,7 @@ class KubePods:
         self._timeout = timeout
 
     def pods_on_node(self) -> list[Pod]:
-        """The node's pods, raw (no client models: see extender/sources/kube_api.py for why)."""
+        """The node's pods, raw (no client models: see kube/sources/kube_api.py for why)."""
         response = self._core.list_pod_for_all_namespaces(
             field_selector=f"spec.nodeName={self._node}", _preload_content=False, _request_timeout=self._timeout
         )

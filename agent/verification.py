@@ -18,7 +18,7 @@ from typing import Any
 
 from gpupack.agent.devices import MILLI_PER_GPU, NodeGpus
 from gpupack.agent.podresources import HeldDevices
-from gpupack.extender.pod_request import AssignmentError, assignment_from_pod, pod_key
+from gpupack.kube.pod_request import AssignmentError, assignment_from_pod, pod_key
 from gpupack.scoring.facts import GpuSlot
 from gpupack.scoring.geometry import canonical_profile
 from gpupack.scoring.request import RequestError

@@ -1,4 +1,4 @@
-"""`python -m gpupack.bench.cost_report`: the cost-at-equal-risk benchmark (bench.cost) and its report.
+"""`python -m gpupack.bench.cost_report`: the cost-at-equal-risk benchmark (bench.equal_risk) and its report.
 
 Writes `cost-spot.md` (tables, the goal checked seed by seed, where it fails and by how much),
 `cost-spot.json` (every run) and `cost-spot-sweep.png` ($/h against load; needs the bench extra).
@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from gpupack.bench.cost import (
+from gpupack.bench.equal_risk import (
     BASELINES_AT_ZERO_RISK,
     CONTENDER,
     COST_POLICIES,
@@ -26,10 +26,10 @@ from gpupack.bench.cost import (
     sweep,
 )
 from gpupack.bench.jobs import pod_file
-from gpupack.bench.load import load_pods
 from gpupack.bench.markdown import Table
-from gpupack.bench.scenarios import cost_cluster
-from gpupack.bench.workload import Trace
+from gpupack.sim.load import load_pods
+from gpupack.sim.scenarios import cost_cluster
+from gpupack.sim.workload import Trace
 
 GOAL_LOADS = (0.6, 1.0)
 GPUPACK = CONTENDER

@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 
 PACKAGE = Path(__file__).resolve().parents[1]
 # what a job's result depends on; the report's own modules (sections, text, plots) are left out
-CODE = ("scoring", "bench/simulate.py", "bench/churn.py", "bench/jobs.py", "bench/protocol.py",
-        "bench/workload.py", "bench/metrics.py", "bench/openb.py", "bench/load.py", "bench/scenarios.py",
-        "bench/cost.py")  # fmt: skip
+CODE = ("scoring", "sim/simulate.py", "sim/churn.py", "bench/jobs.py", "sim/protocol.py",
+        "sim/workload.py", "sim/packing_metrics.py", "sim/openb.py", "sim/load.py", "sim/scenarios.py",
+        "bench/equal_risk.py")  # fmt: skip
 
 
 @cache

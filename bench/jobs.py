@@ -10,11 +10,12 @@ import functools
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gpupack.bench import metrics
-from gpupack.bench.churn import ChurnConfig, inference_pods, run_churn
-from gpupack.bench.load import load_nodes, load_pods
-from gpupack.bench.protocol import fgd_order
-from gpupack.bench.scenarios import (
+from gpupack.scoring.facts import MigMode, NodeFacts
+from gpupack.sim import packing_metrics as metrics
+from gpupack.sim.churn import ChurnConfig, inference_pods, run_churn
+from gpupack.sim.load import load_nodes, load_pods
+from gpupack.sim.protocol import fgd_order
+from gpupack.sim.scenarios import (
     STATIC_BALANCED,
     ClusterSpec,
     churn_cluster,
@@ -22,9 +23,8 @@ from gpupack.bench.scenarios import (
     mig_cluster,
     nvlink_cluster,
 )
-from gpupack.bench.simulate import RunResult, make_policy, requested_gpus, run_once, share_to_mig
-from gpupack.bench.workload import Trace, TracePod, gpu_count, gpu_milli_capacity
-from gpupack.scoring.facts import MigMode, NodeFacts
+from gpupack.sim.simulate import RunResult, make_policy, requested_gpus, run_once, share_to_mig
+from gpupack.sim.workload import Trace, TracePod, gpu_count, gpu_milli_capacity
 
 NODE_LIST = "openb_node_list_gpu_node.csv"
 GRID_SAMPLE = 32  # GPUs shown in the MIG occupancy picture
@@ -178,17 +178,17 @@ class CostJob:
 
 @dataclass(frozen=True)
 class CostSpotJob:
-    """The cost cluster with the spot practice of bench.cost (taints, or gpupack's own rule), one `ratio` fill."""
+    """The cost cluster with the spot practice of bench.equal_risk (taints, or gpupack's own rule), one `ratio` fill."""
 
     traces_dir: str
-    policy: str  # a bench.cost.COST_POLICIES name
+    policy: str  # a bench.equal_risk.COST_POLICIES name
     seed: int
     ratio: float = 1.0
     scale: float = 1.0
     scenario: str = "cost-spot"
 
     def run(self) -> dict[str, object]:
-        from gpupack.bench.cost import policy_named, run
+        from gpupack.bench.equal_risk import policy_named, run
 
         nodes = cost_cluster().scaled(self.scale).build()
         pods = list(_pods(str(Path(self.traces_dir) / pod_file("default"))))
@@ -199,7 +199,7 @@ class CostSpotJob:
 
 @dataclass(frozen=True)
 class ChurnJob:
-    """The churn protocol (bench.churn) on the churn cluster with the inference-style MIG mix."""
+    """The churn protocol (sim.churn) on the churn cluster with the inference-style MIG mix."""
 
     traces_dir: str  # unused: the workload is generated; kept so every job has the same first field
     policy: str

@@ -15,11 +15,11 @@ from typing import Any
 import orjson
 
 from gpupack.bench import speed
-from gpupack.bench.churn import FAMILY_PROFILES, FAMILY_SHARE, INFERENCE_SIZES, ChurnConfig
 from gpupack.bench.markdown import Table, bullet_list
 from gpupack.bench.openb_report import TUNING
 from gpupack.bench.paired import SIGNIFICANCE
 from gpupack.bench.sections import Section
+from gpupack.sim.churn import FAMILY_PROFILES, FAMILY_SHARE, INFERENCE_SIZES, ChurnConfig
 
 Config = Mapping[str, Any]  # the run's config as asdict gives it (JSON-like)
 HEADINGS = {
@@ -139,7 +139,7 @@ def _churn(churn: Section, cluster: Sequence[Mapping[str, Any]]) -> str:
     return (
         f"{HEADINGS['churn']}\n\n"
         "Cluster (dynamic MIG on every GPU):\n\n" + cluster_table(cluster).markdown() + "\n\n"
-        f"Workload (`bench.churn`, protocol `churn`): inference-style MIG pods, by compute size {sizes}; "
+        f"Workload (`sim.churn`, protocol `churn`): inference-style MIG pods, by compute size {sizes}; "
         f"{families} (80 GB profiles run on A100 and H100, the others on H200). Poisson arrivals; exponential "
         f"lifetimes whose mean makes the offered load {defaults.load} x the GPU capacity. The first "
         f"{defaults.warmup:g} mean lifetimes fill the cluster and are not counted; the next {defaults.measure:g} "
@@ -147,7 +147,7 @@ def _churn(churn: Section, cluster: Sequence[Mapping[str, Any]]) -> str:
         "free compute on which no profile still to come in the run fits. `placeable % of time`: share of the "
         "samples at which one more instance of that profile would have been placed. Same command: `gpupack "
         "simulate --protocol churn --nodes N.yaml --pods P.yaml` (write them with `python -m "
-        "gpupack.bench.churn nodes|pods`).\n\n"
+        "gpupack.sim.churn nodes|pods`).\n\n"
         + _tables(churn, "churn", "churn_per_seed", "churn_rejected_by_profile") + "\n\n" + _images(churn)
     )  # fmt: skip
 
@@ -158,7 +158,7 @@ def _mig(mig: Section, cluster: Sequence[Mapping[str, Any]]) -> str:
         "Cluster (dynamic MIG on every MIG-capable GPU):\n\n" + cluster_table(cluster).markdown() + "\n\n"
         "Workload: the openb default trace, fgd protocol (ordered and inflated by the trace's milli demand), each "
         "share turned into the smallest 80 GB-family profile with ≥ ⌈milli × 7 / 1000⌉ compute slices "
-        "(`bench.simulate.share_to_mig`; CPU and memory kept); whole-GPU pods stay whole GPUs. 80 GB-family "
+        "(`sim.simulate.share_to_mig`; CPU and memory kept); whole-GPU pods stay whole GPUs. 80 GB-family "
         "profiles do not exist on the A30, so A30s only take whole-GPU pods. `static-balanced (best-fit)`: the same "
         "nodes in static MIG mode, every GPU pre-partitioned as mig-parted's all-balanced, scheduled by best-fit; "
         "no GPU is whole there, so whole-GPU pods and 4g/7g profiles cannot run at all. Allocation = compute slices "

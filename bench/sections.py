@@ -340,8 +340,8 @@ def cost_section(
 
 def equal_risk_rows(section: Section, table: Table, spot: Sequence[Result], ratio: float) -> dict[str, float]:
     """Rows of the spot-practice runs at `ratio` added to the cost table, gpupack's cost profile compared seed by
-    seed with the taint baselines (bench.cost); the median busy-node $/h of each, for the bar chart."""
-    from gpupack.bench.cost import BASELINES_AT_ZERO_RISK, CONTENDER
+    seed with the taint baselines (bench.equal_risk); the median busy-node $/h of each, for the bar chart."""
+    from gpupack.bench.equal_risk import BASELINES_AT_ZERO_RISK, CONTENDER
 
     by = group([r for r in spot if r["ratio"] == ratio], "policy")
     busy_cost: dict[str, PerSeed] = {}

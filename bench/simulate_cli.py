@@ -7,12 +7,12 @@ import sys
 
 import orjson
 
-from gpupack.bench.churn import ChurnConfig
-from gpupack.bench.load import load_trace
 from gpupack.bench.plots import allocation_curves, time_series_panels
-from gpupack.bench.simulate import make_policy, simulate, with_dynamic_mig
-from gpupack.bench.workload import TraceError
 from gpupack.scoring.policies import POLICY_NAMES
+from gpupack.sim.churn import ChurnConfig
+from gpupack.sim.load import load_trace
+from gpupack.sim.simulate import make_policy, simulate, with_dynamic_mig
+from gpupack.sim.workload import TraceError
 
 
 def run(args: argparse.Namespace) -> int:

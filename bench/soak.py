@@ -104,7 +104,7 @@ NODE_KINDS: dict[str, tuple[str, int, dict[str, str], dict[str, int]]] = {
 
 def node_object(name: str, kind: str, spot: bool) -> dict[str, Any]:
     """A Node of one of the NODE_KINDS."""
-    from gpupack.extender.objects import make_node
+    from gpupack.kube.objects import make_node
 
     product, gpus, annotations, mig = NODE_KINDS[kind]
     allocatable: dict[str, str | int | None] = {f"nvidia.com/mig-{profile}": count for profile, count in mig.items()}
@@ -133,7 +133,7 @@ def pod_object(i: int, rng: random.Random) -> dict[str, Any]:
     else:
         limits["gpupack.io/gpu-milli"] = str(rng.choice([100, 250, 500, 700]))
     annotations = {"gpupack.io/interruptible": "true"} if rng.random() < 0.2 else {}
-    from gpupack.extender.objects import make_pod
+    from gpupack.kube.objects import make_pod
 
     name, uid = f"soak-pod-{i}", f"soak-uid-{i}"
     return make_pod(name, namespace="soak", uid=uid, requests=limits, annotations=annotations, image="trainer:1")
@@ -267,7 +267,7 @@ def rss_mib() -> float:
 
 def soak_source_class() -> type:
     """The cluster-file source, plus what a real cluster has and a file does not: pods come and go."""
-    from gpupack.extender.sources import ClusterFileSource, PodDeleted, pod_key
+    from gpupack.kube.sources import ClusterFileSource, PodDeleted, pod_key
 
     class SoakCluster(ClusterFileSource):
         """`ClusterFileSource` with pod creation and deletion, announced as a watch would."""
@@ -498,10 +498,10 @@ def check_invariants(state: Any, source: Any, nodes: list[dict[str, Any]]) -> li
     pod holds what its assignment says, and a state rebuilt from scratch from the same objects has the
     same free capacity on every node (nothing leaked, nothing counted twice).
     """
-    from gpupack.extender.node_facts import facts_from_node
-    from gpupack.extender.pod_request import AssignmentError, assignment_from_pod, pod_key
-    from gpupack.extender.sources import NodeUpserted, PodUpserted, Synced
     from gpupack.extender.state import ClusterState
+    from gpupack.kube.node_facts import facts_from_node
+    from gpupack.kube.pod_request import AssignmentError, assignment_from_pod, pod_key
+    from gpupack.kube.sources import NodeUpserted, PodUpserted, Synced
     from gpupack.scoring.inventory import Inventory, InventoryError
 
     problems: list[str] = []

@@ -35,14 +35,14 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from gpupack.bench.scenarios import H100, TIB, NodeSpec
-from gpupack.bench.simulate import build_inventory
 from gpupack.scoring import policies
 from gpupack.scoring.engine import Engine
 from gpupack.scoring.facts import GpuSlot, NodeFacts, Placement
 from gpupack.scoring.inventory import Inventory
 from gpupack.scoring.reference import reference_decide
 from gpupack.scoring.request import Kind, PodRequest
+from gpupack.sim.scenarios import H100, TIB, NodeSpec
+from gpupack.sim.simulate import build_inventory
 
 POD_REQUEST = PodRequest(4000, 16 << 30, Kind.WHOLE, gpus=1)
 OTHER_REQUEST = PodRequest(4001, 16 << 30, Kind.WHOLE, gpus=1)  # another shape: the memo does not apply
@@ -327,7 +327,7 @@ def http_latency(node_counts: Sequence[int], requests: int, warmup: int = HTTP_W
     so a slow spell of this shared machine falls on all; the percentiles are over all `requests` of
     a server. Each row has its ratio to the bare handler's p50 and p99.
     """
-    from gpupack.bench.scenarios import node_objects
+    from gpupack.sim.scenarios import node_objects
 
     rows: list[dict[str, object]] = []
     offset = 0

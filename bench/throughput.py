@@ -1,7 +1,7 @@
 """Throughput under the real kube-scheduler: gpupack beside a trivial extender, side by side (issue #12).
 
 On one control plane per cluster size (etcd + kube-apiserver + kube-scheduler of the newest tested release,
-`bench.controlplane`) with N fake nodes of 8 `nvidia.com/gpu` each, every run creates the pods with the
+`harness.controlplane`) with N fake nodes of 8 `nvidia.com/gpu` each, every run creates the pods with the
 scheduler stopped, starts the extender (gpupack, or `bench.trivial_extender`) and then kube-scheduler with the
 shipped configuration, and waits until every pod is bound. Runs alternate between the two extenders. pods/s is
 measured from the first to the last "Successfully bound" line of kube-scheduler's log, so start-up does not
@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpupack.bench.controlplane import (
+from gpupack.harness.controlplane import (
     HOST,
     ControlPlane,
     Process,
@@ -33,7 +33,7 @@ from gpupack.bench.controlplane import (
     wait_until,
     write_kubeconfig,
 )
-from gpupack.bench.kube_programs import NEWEST
+from gpupack.harness.kube_programs import NEWEST
 
 PRODUCT = "NVIDIA-H100-80GB-HBM3"
 BOUND = re.compile(rb'^I\d{4} (\d\d):(\d\d):(\d\d\.\d+) .*"Successfully bound pod to node"', re.MULTILINE)

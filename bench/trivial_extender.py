@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from gpupack.extender.sources.kube_api import load_kube_config
+from gpupack.kube.sources.kube_api import load_kube_config
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict[str, Any]]]

@@ -25,11 +25,11 @@ from pathlib import Path
 from gpupack.bench.job_cache import code_fingerprint
 from gpupack.bench.jobs import NODE_LIST, _nodes, _pods, pod_file, prefix_to_arrived
 from gpupack.bench.paired import paired
-from gpupack.bench.protocol import fgd_order
-from gpupack.bench.simulate import make_policy, run_once
-from gpupack.bench.workload import Trace, gpu_milli_capacity
 from gpupack.cli import _seeds
 from gpupack.scoring.policies import GpupackArgs, PolicySpec, gpupack
+from gpupack.sim.protocol import fgd_order
+from gpupack.sim.simulate import make_policy, run_once
+from gpupack.sim.workload import Trace, gpu_milli_capacity
 
 REPORT_SEEDS = frozenset(range(42, 52))
 FGD = "fgd"
@@ -70,7 +70,7 @@ def run_one(job: tuple[str, str, str, str, int, str]) -> float | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the variants and print the per-trace comparison with fgd."""
-    from gpupack.bench.report import OPENB_TRACES, default_traces_dir
+    from gpupack.bench.bench_report import OPENB_TRACES, default_traces_dir
 
     parser = argparse.ArgumentParser(prog="python -m gpupack.bench.tune")
     parser.add_argument("--seeds", type=_seeds, default=list(range(0, 42)))

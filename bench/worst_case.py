@@ -31,8 +31,8 @@ import httpx
 import orjson
 import yaml
 
-from gpupack.bench.scenarios import node_objects
 from gpupack.bench.speed import free_port, h100_nodes, pod_object, server_child
+from gpupack.sim.scenarios import node_objects
 
 BODY_BYTES = (16 << 20) - 4096  # just under the default maxBodyBytes
 UID_BYTES = 4 << 20

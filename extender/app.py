@@ -46,7 +46,7 @@ from starlette.routing import Route
 
 from gpupack.extender import openapi, verbs
 from gpupack.extender.inline import HeavyRequest, on_event_loop
-from gpupack.extender.metrics import CONTENT_TYPE, Metrics
+from gpupack.extender.service_metrics import CONTENT_TYPE, Metrics
 from gpupack.extender.settings import Settings
 from gpupack.extender.state import ClusterState
 from gpupack.extender.wire import ExtenderBindingResult, WireError, filter_error

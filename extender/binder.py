@@ -24,11 +24,11 @@ import orjson
 
 from gpupack.errors import GpupackError
 from gpupack.extender.decisions import UNKNOWN_NODE, Decider
-from gpupack.extender.keys import ANNOTATION_ASSIGNMENT
 from gpupack.extender.pod_events import PodEvents, PodRef
 from gpupack.extender.pod_ledger import PodLedger, identity
 from gpupack.extender.reservations import Ended, Reservation, ReservationBook, ReservationState
-from gpupack.extender.sources.kube_api import ClusterWriter
+from gpupack.kube.keys import ANNOTATION_ASSIGNMENT
+from gpupack.kube.sources.kube_api import ClusterWriter
 from gpupack.scoring.facts import Placement
 
 logger = logging.getLogger(__name__)

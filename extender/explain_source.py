@@ -19,7 +19,8 @@ from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import HTTPError
 
 from gpupack.extender.settings import Settings
-from gpupack.extender.sources import (
+from gpupack.extender.state import ClusterState
+from gpupack.kube.sources import (
     ClusterFileSource,
     Event,
     EventHandler,
@@ -34,8 +35,7 @@ from gpupack.extender.sources import (
     pod_is_terminal,
     pod_key,
 )
-from gpupack.extender.sources.kubernetes_source import node_spec, pod_spec
-from gpupack.extender.state import ClusterState
+from gpupack.kube.sources.kubernetes_source import node_spec, pod_spec
 
 IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 

@@ -15,7 +15,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import JsonSchemaMode
 
-from gpupack.extender.keys import RESOURCE_CPU, RESOURCE_GPU, RESOURCE_GPU_MILLI, RESOURCE_MEMORY, RESOURCE_MIG_PREFIX
 from gpupack.extender.wire import (
     ExtenderArgs,
     ExtenderBindingArgs,
@@ -23,6 +22,7 @@ from gpupack.extender.wire import (
     ExtenderFilterResult,
     HostPriority,
 )
+from gpupack.kube.keys import RESOURCE_CPU, RESOURCE_GPU, RESOURCE_GPU_MILLI, RESOURCE_MEMORY, RESOURCE_MIG_PREFIX
 
 JSON = "application/json"
 Quantity = str | int

@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from gpupack.extender.sources.kube_api import EventWriter
+from gpupack.kube.sources.kube_api import EventWriter
 from gpupack.scoring.facts import GpuSlot, Placement
 
 logger = logging.getLogger(__name__)

@@ -43,10 +43,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from gpupack.extender.keys import ANNOTATION_ASSIGNMENT
-from gpupack.extender.node_facts import NodeFactsError, PriceTable, facts_from_node, node_is_schedulable, node_name
-from gpupack.extender.node_usage import NodeUsageBook, read_node_usage
-from gpupack.extender.pod_request import (
+from gpupack.extender.reservations import Ended, Reservation, ReservationBook
+from gpupack.kube.keys import ANNOTATION_ASSIGNMENT
+from gpupack.kube.node_facts import NodeFactsError, PriceTable, facts_from_node, node_is_schedulable, node_name
+from gpupack.kube.node_usage import NodeUsageBook, read_node_usage
+from gpupack.kube.pod_request import (
     AssignmentError,
     UnreadableCharge,
     assignment_from_pod,
@@ -55,8 +56,7 @@ from gpupack.extender.pod_request import (
     request_from_pod,
     unreadable_charge,
 )
-from gpupack.extender.reservations import Ended, Reservation, ReservationBook
-from gpupack.extender.sources.events import Event, NodeDeleted, NodeUpserted, PodDeleted, PodUpserted, Synced
+from gpupack.kube.sources.events import Event, NodeDeleted, NodeUpserted, PodDeleted, PodUpserted, Synced
 from gpupack.scoring.engine import Engine
 from gpupack.scoring.facts import Placement
 from gpupack.scoring.inventory import Inventory, InventoryError

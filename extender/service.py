@@ -27,14 +27,14 @@ from gpupack.extender import logs
 from gpupack.extender.app import create_app
 from gpupack.extender.numba_cache import seed_numba_cache
 from gpupack.extender.settings import Settings, SettingsError, load_settings
-from gpupack.extender.sources import (
+from gpupack.extender.state import ClusterState
+from gpupack.kube.sources import (
     ClusterFileSource,
     KubernetesSource,
     OfficialKubeApi,
     SourceError,
     load_kube_config,
 )
-from gpupack.extender.state import ClusterState
 
 logger = logging.getLogger(__name__)
 

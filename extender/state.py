@@ -46,8 +46,8 @@ from gpupack.extender.pod_events import PodEvents
 from gpupack.extender.pod_ledger import BoundPod, PlacedBy, PodLedger, PodRecord, identity
 from gpupack.extender.reservations import Clock, ReservationBook
 from gpupack.extender.settings import Settings
-from gpupack.extender.sources.events import Event
-from gpupack.extender.sources.kube_api import ClusterWriter
+from gpupack.kube.sources.events import Event
+from gpupack.kube.sources.kube_api import ClusterWriter
 from gpupack.scoring.engine import Engine
 from gpupack.scoring.facts import Placement
 from gpupack.scoring.inventory import Inventory

@@ -12,11 +12,11 @@ from typing import Any
 
 import orjson
 
-from gpupack.extender.objects import make_node, make_pod
 from gpupack.extender.settings import Settings
-from gpupack.extender.sources import NodeUpserted, Synced
 from gpupack.extender.state import ClusterState
 from gpupack.extender.verbs import filter_body, prioritize_body
+from gpupack.kube.objects import make_node, make_pod
+from gpupack.kube.sources import NodeUpserted, Synced
 
 _LIMITS = (
     {"nvidia.com/gpu": "2"},

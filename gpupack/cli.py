@@ -170,7 +170,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "gpupack") -> int:
 
         return run(args)
     if args.command == "bench":
-        from gpupack.bench.report import run as run_bench
+        from gpupack.bench.bench_report import run as run_bench
 
         return run_bench(args)
     if args.command == "topology":

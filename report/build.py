@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpupack.extender.pod_request import pod_key, request_from_pod
 from gpupack.extender.settings import Settings
-from gpupack.extender.sources import JsonObject
+from gpupack.kube.pod_request import pod_key, request_from_pod
+from gpupack.kube.sources import JsonObject
 from gpupack.report.drain import DEFAULT_LIMIT, MovablePod, plan_drains
 from gpupack.report.snapshot import ClusterSnapshot
 from gpupack.scoring.cost import Bill, placement_gpus, split_costs

@@ -14,7 +14,7 @@ import orjson
 
 from gpupack.errors import GpupackError
 from gpupack.extender.settings import Settings, SettingsError
-from gpupack.extender.sources import SourceError
+from gpupack.kube.sources import SourceError
 from gpupack.report.build import build_report
 from gpupack.report.render_html import render_html
 from gpupack.report.render_text import render_text

@@ -1,9 +1,9 @@
 """A simulated end state as a cluster file: the simulator's placements written as bound Pods.
 
-The simulator (`gpupack.bench.simulate.run_once`, the engine the extender runs) places the pods of
+The simulator (`gpupack.sim.simulate.run_once`, the engine the extender runs) places the pods of
 a trace in the FGD protocol's order at `load` x the cluster's GPU capacity (seeded shuffle, copies
 or removals to reach the load); every placed pod becomes a Pod bound to its node with its
-`gpupack.io/assignment`, every node a Node object (`gpupack.bench.scenarios.node_object`). The file
+`gpupack.io/assignment`, every node a Node object (`gpupack.sim.scenarios.node_object`). The file
 reads back through the extender like any cluster file, and `gpupack serve --cluster-file` serves it.
 Labels of Pods read from a YAML/JSON file are kept (a `-tuned-K` copy has its original's).
 """
@@ -16,7 +16,7 @@ import orjson
 import yaml
 
 from gpupack.errors import GpupackError
-from gpupack.extender.keys import (
+from gpupack.kube.keys import (
     ANNOTATION_ASSIGNMENT,
     ANNOTATION_INTERRUPTIBLE,
     LABEL_GPU_PRODUCT,
@@ -24,7 +24,7 @@ from gpupack.extender.keys import (
     RESOURCE_GPU_MILLI,
     RESOURCE_MIG_PREFIX,
 )
-from gpupack.extender.objects import make_pod
+from gpupack.kube.objects import make_pod
 from gpupack.scoring.facts import Placement
 from gpupack.scoring.geometry import resource_profile
 from gpupack.scoring.request import Kind, PodRequest
@@ -38,12 +38,12 @@ class SimulationError(GpupackError, ValueError):
 
 def simulated_cluster_yaml(nodes_path: str, pods_path: str, policy: str, seed: int, load: float) -> str:
     """The end state of simulating `pods_path` on `nodes_path` as a cluster-file YAML `List`."""
-    from gpupack.bench.load import OBJECT_SUFFIXES, load_trace
-    from gpupack.bench.objects_loader import load_objects
-    from gpupack.bench.protocol import TUNED_SUFFIX, fgd_order
-    from gpupack.bench.scenarios import node_objects
-    from gpupack.bench.simulate import make_policy, run_once
-    from gpupack.bench.workload import TraceError
+    from gpupack.sim.load import OBJECT_SUFFIXES, load_trace
+    from gpupack.sim.objects_loader import load_objects
+    from gpupack.sim.protocol import TUNED_SUFFIX, fgd_order
+    from gpupack.sim.scenarios import node_objects
+    from gpupack.sim.simulate import make_policy, run_once
+    from gpupack.sim.workload import TraceError
 
     if load <= 0:
         raise SimulationError("--load must be positive")
@@ -76,7 +76,7 @@ def _pod_labels(objects: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
 
 def pod_object(key: str, request: PodRequest, placement: Placement, labels: dict[str, str]) -> dict[str, Any]:
     """A running v1 Pod asking for `request`, bound to `placement.node` with its assignment annotation
-    (`extender.pod_request.request_from_pod` reads `request` back from it)."""
+    (`kube.pod_request.request_from_pod` reads `request` back from it)."""
     namespace, name = key.split("/", 1) if "/" in key else ("default", key)
     resources: dict[str, str] = {"cpu": f"{request.cpu_milli}m", "memory": str(request.memory_bytes)}
     if request.kind == Kind.WHOLE:

@@ -16,9 +16,10 @@ from typing import Any
 
 import yaml
 
-from gpupack.extender.node_facts import node_is_schedulable
 from gpupack.extender.settings import Settings, SettingsError, load_settings
-from gpupack.extender.sources import (
+from gpupack.extender.state import ClusterState, identity
+from gpupack.kube.node_facts import node_is_schedulable
+from gpupack.kube.sources import (
     ClusterFileSource,
     Event,
     JsonObject,
@@ -31,7 +32,6 @@ from gpupack.extender.sources import (
     SourceError,
     load_kube_config,
 )
-from gpupack.extender.state import ClusterState, identity
 
 SYNC_TIMEOUT_SECONDS = 60.0
 

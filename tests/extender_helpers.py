@@ -14,11 +14,11 @@ from typing import Any
 import uvicorn
 import yaml
 
-from gpupack.extender.node_facts import facts_from_node
-from gpupack.extender.objects import H100, make_node, make_pod
 from gpupack.extender.settings import Settings
-from gpupack.extender.sources import ClusterFileSource, NodeUpserted, PodUpserted, Synced
 from gpupack.extender.state import ClusterState
+from gpupack.kube.node_facts import facts_from_node
+from gpupack.kube.objects import H100, make_node, make_pod
+from gpupack.kube.sources import ClusterFileSource, NodeUpserted, PodUpserted, Synced
 from gpupack.scoring.facts import Placement
 from gpupack.scoring.inventory import Inventory
 

@@ -24,8 +24,8 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ProtocolError
 
 from gpupack.extender.settings import Settings
-from gpupack.extender.sources import Event, JsonObject, KubernetesSource, ObjectList, Synced, pod_key
 from gpupack.extender.state import ClusterState
+from gpupack.kube.sources import Event, JsonObject, KubernetesSource, ObjectList, Synced, pod_key
 from tests.extender_helpers import FakeClock, assert_matches_rebuild
 
 KINDS = ("Node", "Pod")

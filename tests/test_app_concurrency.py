@@ -22,11 +22,11 @@ import pytest
 import uvicorn
 
 from gpupack.extender.app import create_app
-from gpupack.extender.pod_request import assignment_from_pod
 from gpupack.extender.service import uvicorn_config
 from gpupack.extender.settings import Settings
-from gpupack.extender.sources import ClusterFileSource
 from gpupack.extender.state import ClusterState
+from gpupack.kube.pod_request import assignment_from_pod
+from gpupack.kube.sources import ClusterFileSource
 from gpupack.scoring.facts import Placement
 from tests.extender_helpers import A100, L4, FakeClock, assert_no_overlap, file_state, node, pod, write_cluster
 

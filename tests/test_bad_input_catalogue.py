@@ -19,8 +19,8 @@ from fastapi.testclient import TestClient
 
 from gpupack.extender.app import create_app
 from gpupack.extender.settings import Settings
-from gpupack.extender.sources import NodeUpserted, PodDeleted, Synced
 from gpupack.extender.state import NOT_SYNCED, ClusterState
+from gpupack.kube.sources import NodeUpserted, PodDeleted, Synced
 from tests.extender_helpers import L4, file_state, live_server, node, pod, write_cluster
 from tests.test_app_bad_input import BAD_BODIES, BAD_PODS, LIMIT, args, fingerprint, post
 

@@ -14,12 +14,19 @@ import orjson
 import pytest
 import yaml
 
-from gpupack.bench import metrics, openb_report, plots, report
+from gpupack.bench import bench_report as report
+from gpupack.bench import openb_report, plots
 from gpupack.bench import paired as paired_mod
+from gpupack.bench.bench_report import run_report, tiny_config
 from gpupack.bench.jobs import Job, prefix_to_arrived
 from gpupack.bench.markdown import README_END, README_START, Table, update_readme
-from gpupack.bench.report import run_report, tiny_config
-from gpupack.bench.scenarios import (
+from gpupack.cli import build_parser, main
+from gpupack.kube.node_facts import facts_from_node
+from gpupack.scoring.engine import Decision
+from gpupack.scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
+from gpupack.scoring.request import Kind, PodRequest
+from gpupack.sim import packing_metrics as metrics
+from gpupack.sim.scenarios import (
     BALANCED_80GB,
     BALANCED_A30,
     DGX1_LINKS,
@@ -30,13 +37,8 @@ from gpupack.bench.scenarios import (
     nvlink_cluster,
     to_node_yaml,
 )
-from gpupack.bench.simulate import build_inventory
-from gpupack.bench.workload import TracePod
-from gpupack.cli import build_parser, main
-from gpupack.extender.node_facts import facts_from_node
-from gpupack.scoring.engine import Decision
-from gpupack.scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
-from gpupack.scoring.request import Kind, PodRequest
+from gpupack.sim.simulate import build_inventory
+from gpupack.sim.workload import TracePod
 from tests.conftest import OPENB, needs_openb
 
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -59,7 +61,7 @@ def test_node_yaml_round_trips_to_equal_facts(spec, tmp_path: Path) -> None:
     assert [facts_from_node(item) for item in items] == nodes
     path = tmp_path / "nodes.yaml"
     path.write_text(to_node_yaml(nodes))
-    from gpupack.bench.load import load_nodes
+    from gpupack.sim.load import load_nodes
 
     assert load_nodes(path) == nodes  # what `gpupack simulate --nodes` reads
 

@@ -1,11 +1,11 @@
-"""bench.cost: the spot practice of the baselines (taint + toleration + preference) and the measures."""
+"""bench.equal_risk: the spot practice of the baselines (taint + toleration + preference) and the measures."""
 
 from __future__ import annotations
 
-from gpupack.bench.cost import COST_POLICIES, CostPolicy, SpotPractice, depart, fill, measure, run
-from gpupack.bench.workload import Trace, TracePod
+from gpupack.bench.equal_risk import COST_POLICIES, CostPolicy, SpotPractice, depart, fill, measure, run
 from gpupack.scoring.facts import NodeFacts
 from gpupack.scoring.request import Kind, PodRequest
+from gpupack.sim.workload import Trace, TracePod
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 

@@ -11,14 +11,14 @@ from typing import Any
 import orjson
 import pytest
 
-from gpupack.bench import churn
-from gpupack.bench.churn import ChurnConfig, churn_arrivals, inference_pods, mean_lifetime, run_churn
-from gpupack.bench.scenarios import H100, churn_cluster, to_node_yaml
-from gpupack.bench.simulate import build_inventory, make_policy
-from gpupack.bench.workload import Trace, TracePod
 from gpupack.cli import main
 from gpupack.scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
 from gpupack.scoring.request import Kind, PodRequest
+from gpupack.sim import churn
+from gpupack.sim.churn import ChurnConfig, churn_arrivals, inference_pods, mean_lifetime, run_churn
+from gpupack.sim.scenarios import H100, churn_cluster, to_node_yaml
+from gpupack.sim.simulate import build_inventory, make_policy
+from gpupack.sim.workload import Trace, TracePod
 
 SMALL = ChurnConfig(load=0.9, warmup=1.0, measure=2.0, samples=20)
 
@@ -83,7 +83,7 @@ def test_departures_release_what_the_pods_held() -> None:
 def test_stranding_is_judged_against_the_profiles_still_to_come() -> None:
     """Two 3g instances leave one compute slice but no memory slice: stranded whatever comes. A 4g at 0
     leaves room for a 3g: stranded only once no 3g (nor smaller) is still to come."""
-    from gpupack.bench.metrics import stranded_gpus
+    from gpupack.sim.packing_metrics import stranded_gpus
 
     node = NodeFacts("m", 64_000, 1 << 40, 110, H100, 2, mig_mode=MigMode.DYNAMIC)
     inventory = build_inventory([node])

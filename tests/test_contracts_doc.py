@@ -1,5 +1,5 @@
 """docs/contracts.md is the contracts document the code cites: no Python file cites the original design
-document (outside the repository) any more, every label and annotation key of extender/keys.py is in it,
+document (outside the repository) any more, every label and annotation key of kube/keys.py is in it,
 and the section anchors the code and the document link to exist."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gpupack.extender import keys
+from gpupack.kube import keys
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACTS = ROOT / "docs" / "contracts.md"
@@ -59,7 +59,7 @@ def test_every_label_and_annotation_key_is_documented() -> None:
     names |= set(keys.SPOT_LABELS)
     assert {"gpupack.io/assignment", "gpupack.io/devices-in-use", "nvidia.com/gpu.product"} <= names
     missing = sorted(name for name in names if f"`{name}" not in TEXT)
-    assert missing == [], f"extender/keys.py names these, docs/contracts.md does not: {missing}"
+    assert missing == [], f"kube/keys.py names these, docs/contracts.md does not: {missing}"
 
 
 def test_the_anchors_the_code_cites_exist() -> None:

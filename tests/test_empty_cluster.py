@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpupack.extender.sources import ClusterFileSource
+from gpupack.kube.sources import ClusterFileSource
 from tests.extender_helpers import EXAMPLE_CLUSTER
 
 EXAMPLE_PODS = EXAMPLE_CLUSTER.parent / "pods.yaml"
@@ -15,7 +15,7 @@ EXAMPLE_PODS = EXAMPLE_CLUSTER.parent / "pods.yaml"
 
 def warnings_of(path: Path, caplog: pytest.LogCaptureFixture) -> list[str]:
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="gpupack.extender.sources.file_source"):
+    with caplog.at_level(logging.WARNING, logger="gpupack.kube.sources.file_source"):
         ClusterFileSource(path, lambda event: None).start()
     return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
 

@@ -5,23 +5,19 @@ from __future__ import annotations
 
 import ast
 import importlib
-from pathlib import Path
 
 import pytest
 
 from gpupack.errors import GpupackError
 from gpupack.extender.state import BindError, BindFailure
 from gpupack.scoring.request import RequestError
-
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = {"extender": "gpupack.extender", "scoring": "gpupack.scoring", "agent": "gpupack.agent",
-            "bench": "gpupack.bench", "report": "gpupack.report", "gpupack": "gpupack"}  # fmt: skip
+from tests.components import COMPONENTS, ROOT
 
 
 def error_classes() -> list[tuple[str, str]]:
     """(module, class name) of every top-level class whose name ends in Error, found in the source."""
     found = []
-    for folder, package in PACKAGES.items():
+    for folder, package in COMPONENTS.items():
         for path in sorted((ROOT / folder).rglob("*.py")):
             if "kubelet" in path.parts:  # generated gRPC stubs
                 continue

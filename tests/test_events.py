@@ -18,7 +18,6 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from gpupack.extender import pod_events
-from gpupack.extender.metrics import Metrics
 from gpupack.extender.pod_events import (
     NOTE_LIMIT,
     REPEATED_FAILURES,
@@ -31,6 +30,7 @@ from gpupack.extender.pod_events import (
     micro_time,
     no_node_note,
 )
+from gpupack.extender.service_metrics import Metrics
 from gpupack.extender.state import BindError
 from gpupack.scoring.facts import GpuSlot, Placement
 from tests.extender_helpers import L4, FakeClock, file_state, node, pod, write_cluster
@@ -247,7 +247,7 @@ def test_the_cluster_file_logs_its_events(tmp_path: Path, caplog: pytest.LogCapt
     path = write_cluster(tmp_path / "c.yaml", [node("a", L4, 1), pod("p1", gpus=1)])
     state, source = file_state(path)
     assert state.decide_for_filter(source.pods[0], ["a"])[0] == "a"
-    with caplog.at_level(logging.INFO, logger="gpupack.extender.sources.file_source"):
+    with caplog.at_level(logging.INFO, logger="gpupack.kube.sources.file_source"):
         state.bind("default", "p1", "uid-default-p1", "a")
         assert state.events.flush(5)
     (line,) = [r.getMessage() for r in caplog.records if "event" in r.getMessage()]

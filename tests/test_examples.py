@@ -6,8 +6,8 @@ import re
 
 import yaml
 
-from gpupack.extender.node_facts import facts_from_node
-from gpupack.extender.sources import load_cluster_objects
+from gpupack.kube.node_facts import facts_from_node
+from gpupack.kube.sources import load_cluster_objects
 from tests.extender_helpers import EXAMPLE_CLUSTER
 
 EXAMPLE_POD = EXAMPLE_CLUSTER.parent / "pod.yaml"

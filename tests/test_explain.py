@@ -14,8 +14,8 @@ from gpupack.cli import main
 from gpupack.extender.explain import explain
 from gpupack.extender.explain_source import kubeconfig_path, load_from_files, load_live, pod_ref_key
 from gpupack.extender.settings import Settings
-from gpupack.extender.sources import ClusterFileSource, SourceError, load_cluster_objects
 from gpupack.extender.state import ClusterState
+from gpupack.kube.sources import ClusterFileSource, SourceError, load_cluster_objects
 from tests.extender_helpers import EXAMPLE_CLUSTER, pod
 from tests.fake_apiserver import FakeApiServer
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from gpupack.extender.settings import Policy, Settings
-from gpupack.extender.sources import ClusterFileSource
 from gpupack.extender.state import ClusterState
+from gpupack.kube.sources import ClusterFileSource
 from gpupack.scoring.explain_parts import score_parts
 from gpupack.scoring.policies import GpupackWeights
 from gpupack.scoring.reference import reference_decide

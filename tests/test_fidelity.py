@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpupack.bench.load import load_trace
-from gpupack.bench.simulate import simulate
+from gpupack.sim.load import load_trace
+from gpupack.sim.simulate import simulate
 from tests.conftest import OPENB, needs_openb
 
 pytestmark = [needs_openb, pytest.mark.slow]

@@ -15,8 +15,8 @@ import json
 
 import pytest
 
-from gpupack.extender.sources import PodUpserted
 from gpupack.extender.state import BindError, ClusterState
+from gpupack.kube.sources import PodUpserted
 from gpupack.scoring.facts import GpuSlot, Placement
 from tests.extender_helpers import L4, assert_matches_rebuild, assert_no_overlap, node, pod, state_from
 from tests.fake_apiserver import Extender, FakeApiServer, launch

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpupack.bench import kube_programs
-from gpupack.bench.kube_programs import CONTROL_PLANE_VERSIONS, NEWEST, OLDEST_SUPPORTED, MissingBinary
+from gpupack.harness import kube_programs
+from gpupack.harness.kube_programs import CONTROL_PLANE_VERSIONS, NEWEST, OLDEST_SUPPORTED, MissingBinary
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "manifests"

@@ -32,7 +32,7 @@ AGENT_FILES = tuple(f"agent/{path.name}#" for path in (MANIFESTS / "agent").glob
 SERVICE_ACCOUNT = "gpupack-scheduler"
 
 # The gpupack sidecar's ClusterRole, exactly: (API group, resource, verb).
-EXTENDER_RULES = {  # what extender/sources/kube_api.py calls (tests/test_rbac_usage.py derives it)
+EXTENDER_RULES = {  # what kube/sources/kube_api.py calls (tests/test_rbac_usage.py derives it)
     *{("", "nodes", verb) for verb in ("list", "watch")},
     *{("", "pods", verb) for verb in ("list", "watch")},
     ("", "pods/binding", "create"),
@@ -715,7 +715,7 @@ def test_cluster_assignment_matches_node_and_request(pod: dict[str, Any]) -> Non
 
 def test_cluster_nodes_load_with_the_extender() -> None:
     """The cluster file is what `gpupack serve --cluster-file` reads: every node must convert cleanly."""
-    node_facts = pytest.importorskip("gpupack.extender.node_facts")
+    node_facts = pytest.importorskip("gpupack.kube.node_facts")
     from gpupack.scoring.facts import MigMode
 
     for node in _cluster_nodes():

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.metrics_core import Metric
 
 from gpupack.extender.app import create_app
-from gpupack.extender.metrics import Metrics
+from gpupack.extender.service_metrics import Metrics
 from gpupack.extender.settings import Settings
 from gpupack.extender.state import ClusterState
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from gpupack.extender.keys import LABEL_GPU_COUNT
-from gpupack.extender.mig_layout import MigLayoutError, parse_layout, synthesize_layout
-from gpupack.extender.node_facts import NodeFactsError, facts_from_node, is_spot, node_is_schedulable
-from gpupack.extender.objects import H100, make_node
+from gpupack.kube.keys import LABEL_GPU_COUNT
+from gpupack.kube.mig_layout import MigLayoutError, parse_layout, synthesize_layout
+from gpupack.kube.node_facts import NodeFactsError, facts_from_node, is_spot, node_is_schedulable
+from gpupack.kube.objects import H100, make_node
 from gpupack.scoring.facts import MigMode
 from gpupack.scoring.geometry import FAMILIES
 from gpupack.scoring.inventory import Inventory

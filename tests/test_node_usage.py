@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from gpupack.extender.node_facts import NodeFactsError
-from gpupack.extender.node_usage import NodeUsage, read_node_usage
-from gpupack.extender.sources import NodeUpserted, PodDeleted, PodUpserted
+from gpupack.kube.node_facts import NodeFactsError
+from gpupack.kube.node_usage import NodeUsage, read_node_usage
+from gpupack.kube.sources import NodeUpserted, PodDeleted, PodUpserted
 from gpupack.scoring.facts import GpuSlot
 from tests.extender_helpers import node, pod, state_from
 

@@ -1,14 +1,14 @@
-"""The Node and Pod builders make objects that gpupack's own readers take back as asked (extender/objects.py)."""
+"""The Node and Pod builders make objects that gpupack's own readers take back as asked (kube/objects.py)."""
 
 from __future__ import annotations
 
 import pytest
 from kubernetes import client
 
-from gpupack.extender.node_facts import facts_from_node
-from gpupack.extender.objects import make_node, make_pod
-from gpupack.extender.pod_request import pod_key, pod_uid, request_from_pod
-from gpupack.extender.sources.events import pod_is_terminal, resource_version
+from gpupack.kube.node_facts import facts_from_node
+from gpupack.kube.objects import make_node, make_pod
+from gpupack.kube.pod_request import pod_key, pod_uid, request_from_pod
+from gpupack.kube.sources.events import pod_is_terminal, resource_version
 from gpupack.scoring.facts import MigMode
 from gpupack.scoring.request import Kind
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from gpupack.bench.load import load_nodes, load_pods, load_trace
-from gpupack.bench.objects_loader import load_objects
-from gpupack.bench.workload import TraceError
 from gpupack.scoring.request import Kind
+from gpupack.sim.load import load_nodes, load_pods, load_trace
+from gpupack.sim.objects_loader import load_objects
+from gpupack.sim.workload import TraceError
 
 NODE = {
     "apiVersion": "v1",

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from gpupack.bench.load import load_nodes, load_pods
-from gpupack.bench.openb import load_openb_nodes, load_openb_pods
-from gpupack.bench.workload import Trace, TraceError, gpu_milli_demand, gpu_milli_total
 from gpupack.scoring.facts import MigMode
 from gpupack.scoring.request import Kind
+from gpupack.sim.load import load_nodes, load_pods
+from gpupack.sim.openb import load_openb_nodes, load_openb_pods
+from gpupack.sim.workload import Trace, TraceError, gpu_milli_demand, gpu_milli_total
 from tests.conftest import OPENB, needs_openb
 
 POD_HEADER = (

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpupack.extender.pod_request import (
+from gpupack.kube.pod_request import (
     AssignmentError,
     allowed_products,
     assignment_from_pod,

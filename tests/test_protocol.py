@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from gpupack.bench.openb import load_openb_nodes, load_openb_pods
-from gpupack.bench.protocol import fgd_order, read_order_file, replay_order
-from gpupack.bench.workload import (
+from gpupack.scoring.request import Kind, PodRequest
+from gpupack.sim.openb import load_openb_nodes, load_openb_pods
+from gpupack.sim.protocol import fgd_order, read_order_file, replay_order
+from gpupack.sim.workload import (
     TraceError,
     TracePod,
     gpu_milli_capacity,
@@ -16,7 +17,6 @@ from gpupack.bench.workload import (
     gpu_milli_per_gpu,
     gpu_milli_total,
 )
-from gpupack.scoring.request import Kind, PodRequest
 from tests.conftest import OPENB, needs_openb
 
 CAPACITY = 6_212_000  # openb GPU cluster, milli-GPU

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpupack.extender.quantity import (
+from gpupack.kube.quantity import (
     MAX_VALUE,
     QuantityError,
     parse_bytes,

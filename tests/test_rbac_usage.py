@@ -1,7 +1,7 @@
 """The gpupack-extender ClusterRole grants exactly the API calls the extender's code makes.
 
 The calls are read from the code, not listed by hand: every `self._core.<method>` (CoreV1Api) and
-`self._events.<method>` (EventsV1Api) of extender/sources/kube_api.py is resolved through the
+`self._events.<method>` (EventsV1Api) of kube/sources/kube_api.py is resolved through the
 installed Kubernetes client to its HTTP method and path (`<Api>._<method>_serialize`), which gives
 the RBAC (apiGroup, resource, verb); a list method handed to `self._watch` is the `watch` verb. Any
 other Kubernetes API object constructed anywhere under extender/ would bypass that scan, so the test
@@ -20,7 +20,8 @@ import yaml
 from kubernetes import client
 
 ROOT = Path(__file__).resolve().parents[1]
-KUBE_API = ROOT / "extender" / "sources" / "kube_api.py"
+SERVICE_COMPONENTS = ("gpupack", "scoring", "kube", "extender")  # the agent has RBAC of its own
+KUBE_API = ROOT / "kube" / "sources" / "kube_api.py"
 RBAC = ROOT / "manifests" / "rbac.yaml"
 
 _SERIALIZE = re.compile(r"method='(?P<method>[A-Z]+)',\s*resource_path='(?P<path>[^']+)'")
@@ -99,16 +100,16 @@ def test_cluster_role_grants_nothing_the_code_does_not_use() -> None:
     assert not any("*" in part for rule in rules for part in rule)
 
 
-def test_no_other_kubernetes_api_client_in_the_extender() -> None:
-    """Only kube_api.py talks to the API server, and only through CoreV1Api and EventsV1Api."""
+def test_no_other_kubernetes_api_client_in_the_service() -> None:
+    """Of what `gpupack serve` runs, only kube_api.py talks to the API server, through CoreV1Api and EventsV1Api."""
     constructed: dict[str, set[str]] = {}
-    for path in (ROOT / "extender").rglob("*.py"):
+    for path in (path for folder in SERVICE_COMPONENTS for path in (ROOT / folder).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call):
                 name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
                 if re.fullmatch(r"[A-Z]\w*V\d\w*Api|CustomObjectsApi|DynamicClient", name):
                     constructed.setdefault(str(path.relative_to(ROOT)), set()).add(name)
-    assert constructed == {"extender/sources/kube_api.py": set(api.__name__ for api in CLIENTS.values())}
+    assert constructed == {"kube/sources/kube_api.py": set(api.__name__ for api in CLIENTS.values())}
 
 
 def test_rbac_of_reads_the_client() -> None:

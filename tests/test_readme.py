@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpupack.bench.report import TRACES_ENV, default_traces_dir
+from gpupack.bench.bench_report import TRACES_ENV, default_traces_dir
 from tests.conftest import GET_OPENB
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import yaml
 
-from gpupack.bench.scenarios import cost_cluster, to_node_yaml
 from gpupack.cli import main
 from gpupack.extender.settings import Settings
 from gpupack.report.build import build_report
@@ -20,6 +19,7 @@ from gpupack.scoring.cost import apportion, split_costs, to_cents
 from gpupack.scoring.facts import GpuSlot, Placement
 from gpupack.scoring.inventory import Inventory
 from gpupack.scoring.pools import PoolKey, PoolTotals
+from gpupack.sim.scenarios import cost_cluster, to_node_yaml
 from tests.extender_helpers import EXAMPLE_CLUSTER, ROOT, node, pod, state_from, write_cluster
 
 POLICY_CONFIG = ROOT / "manifests" / "policy-config.yaml"

@@ -32,8 +32,8 @@ from gpupack.extender.app import create_app
 from gpupack.extender.logs import JsonFormatter
 from gpupack.extender.service import uvicorn_config
 from gpupack.extender.settings import Settings, load_settings
-from gpupack.extender.sources import PodUpserted
 from gpupack.extender.state import ClusterState
+from gpupack.kube.sources import PodUpserted
 from tests.extender_helpers import EXAMPLE_CLUSTER, L4, file_state, live_server, node, pod, write_cluster
 
 LOOPBACK_HEX = "0100007F"  # 127.0.0.1 as /proc/net/tcp spells it

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from gpupack.extender.sources import (
+from gpupack.kube.sources import (
     ClusterFileSource,
     NodeUpserted,
     PodUpserted,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpupack.extender import objects
-from gpupack.extender.sources import (
+from gpupack.kube import objects
+from gpupack.kube.sources import (
     Event,
     JsonObject,
     NodeDeleted,

@@ -13,7 +13,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ProtocolError
 
-from gpupack.extender.sources import (
+from gpupack.kube.sources import (
     Backoff,
     JsonObject,
     KubernetesSource,

@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpupack.extender.sources import KubernetesSource, OfficialKubeApi
+from gpupack.kube.sources import KubernetesSource, OfficialKubeApi
 from tests.test_sources_helpers import make_node, make_pod
 
 

@@ -13,7 +13,8 @@ import pytest
 
 from gpupack.extender.reservations import Ended
 from gpupack.extender.settings import Settings
-from gpupack.extender.sources import (
+from gpupack.extender.state import NOT_CHOSEN, UNKNOWN_NODE, UNSCHEDULABLE_NODE, BindError, ClusterState, normalise
+from gpupack.kube.sources import (
     JsonObject,
     NodeDeleted,
     NodeUpserted,
@@ -22,7 +23,6 @@ from gpupack.extender.sources import (
     Synced,
     load_cluster_objects,
 )
-from gpupack.extender.state import NOT_CHOSEN, UNKNOWN_NODE, UNSCHEDULABLE_NODE, BindError, ClusterState, normalise
 from gpupack.scoring.facts import GpuSlot, Placement
 from gpupack.scoring.names import NameArray
 from tests.extender_helpers import (

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
-import tomllib
 from pathlib import Path
 from types import ModuleType
 
-from tests.extender_helpers import ROOT
+from tests.components import COMPONENTS, ROOT
 
-FOLDERS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values()
+FOLDERS = COMPONENTS.keys()
 
 
 def _driver() -> ModuleType:
@@ -25,7 +24,7 @@ def test_each_file_is_checked_as_the_module_it_installs_as() -> None:
     by_module = {source.module: Path(source.path).resolve() for source in _driver().installed_sources()}
     assert by_module["gpupack.cli"] == ROOT / "gpupack" / "cli.py"
     assert by_module["gpupack.extender.state"] == ROOT / "extender" / "state.py"
-    assert by_module["gpupack.extender.sources"] == ROOT / "extender" / "sources" / "__init__.py"
+    assert by_module["gpupack.kube.sources"] == ROOT / "kube" / "sources" / "__init__.py"
     assert by_module["gpupack.scoring.kernels"] == ROOT / "scoring" / "kernels.py"
     # generated protobuf modules are checked through their type stubs, as an import would see them
     assert by_module["gpupack.agent.kubelet.deviceplugin_pb2"] == ROOT / "agent" / "kubelet" / "deviceplugin_pb2.pyi"

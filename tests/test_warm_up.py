@@ -17,7 +17,7 @@ from numba.core.registry import CPUDispatcher
 from gpupack.scoring import kernels
 from gpupack.scoring import names as name_kernels  # `names` below is the candidates
 from gpupack.extender.settings import Settings
-from gpupack.extender.sources import ClusterFileSource
+from gpupack.kube.sources import ClusterFileSource
 from gpupack.extender.state import ClusterState
 from gpupack.extender.verbs import filter_body, prioritize_body
 

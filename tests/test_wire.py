@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from gpupack.extender import wire
-from gpupack.extender.pod_request import request_from_pod
 from gpupack.extender.wire import (
     ExtenderBindingResult,
     HostPriority,
@@ -22,6 +21,7 @@ from gpupack.extender.wire import (
     parse_extender_args,
     priorities_json,
 )
+from gpupack.kube.pod_request import request_from_pod
 from tests.wire_captures import CAPTURES, args_files, bind_files, load, response_for
 
 

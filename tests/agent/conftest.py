@@ -26,7 +26,7 @@ from gpupack.agent.kubelet import podresources_pb2_grpc as pr_grpc
 from gpupack.agent.nvml_topology import read_topology
 from gpupack.agent.plugin_manager import PluginManager
 from gpupack.agent.pods import MemoryPods
-from gpupack.extender import objects
+from gpupack.kube import objects
 
 NODE = "gpu-node-1"
 

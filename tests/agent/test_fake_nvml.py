@@ -13,7 +13,7 @@ from gpupack.agent.fake_nvml import FakeNvml, profiles_from_capture, profiles_fr
 from gpupack.agent.nvml import NvmlError
 from gpupack.agent.nvml_topology import read_topology
 from gpupack.agent.topology import parse_topo_matrix
-from gpupack.extender.mig_layout import MigLayoutError, parse_layout
+from gpupack.kube.mig_layout import MigLayoutError, parse_layout
 from gpupack.scoring.geometry import FAMILIES
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -10,7 +10,7 @@ from gpupack.agent.devices import NodeGpus
 from gpupack.agent.fake_nvml import FakeNvml
 from gpupack.agent.node_publisher import desired_annotations, publish
 from gpupack.agent.nvml_topology import read_topology
-from gpupack.extender.node_facts import facts_from_node
+from gpupack.kube.node_facts import facts_from_node
 from gpupack.scoring.facts import MigMode
 
 CAPTURE = Path(__file__).resolve().parents[1] / "data" / "nvml-h100x4.json"

@@ -12,7 +12,7 @@ import pytest
 
 from gpupack.agent.topology import Topology, TopologyTextError, parse_topo_matrix
 from gpupack.cli import main
-from gpupack.extender.node_facts import parse_topology
+from gpupack.kube.node_facts import parse_topology
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 NVSWITCH4 = [[0, 18, 18, 18], [18, 0, 18, 18], [18, 18, 0, 18], [18, 18, 18, 0]]

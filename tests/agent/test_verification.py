@@ -7,15 +7,15 @@ import json
 import grpc
 import pytest
 
+from gpupack.agent.agent_metrics import REGISTRY
 from gpupack.agent.devices import NodeGpus, dynamic_mig_id
 from gpupack.agent.devices_in_use import Blocked, Refusals, devices_in_use
 from gpupack.agent.fake_nvml import FakeNvml
 from gpupack.agent.main import LEFTOVER, AgentLoop
-from gpupack.agent.metrics import REGISTRY
 from gpupack.agent.podresources import HeldDevices, KubeletPodResources
 from gpupack.agent.pods import MemoryPods, live_assigned
 from gpupack.agent.verification import Discrepancy, compare
-from gpupack.extender.node_usage import MAX_REASON, parse_devices_in_use
+from gpupack.kube.node_usage import MAX_REASON, parse_devices_in_use
 from gpupack.scoring.facts import GpuSlot
 from tests.agent.conftest import NODE, FakePodResources, make_pod
 from tests.agent.test_node_publisher import FakeNodeApi

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpupack.bench.controlplane import node_body, pod_body
+from gpupack.harness.controlplane import node_body, pod_body
 from gpupack.scoring.geometry import FAMILIES, SHAPES, resolve_profile, resource_profile
 
 H100 = "NVIDIA-H100-80GB-HBM3"

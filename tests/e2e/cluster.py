@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpupack.bench.controlplane import ControlPlane, ControlPlaneError, wait_until
+from gpupack.harness.controlplane import ControlPlane, ControlPlaneError, wait_until
 from tests.e2e.checks import assignment_problems
 
 SETTLE_TIMEOUT = 240.0  # seconds for a burst to be decided on a loaded 2-core machine

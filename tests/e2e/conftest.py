@@ -14,8 +14,8 @@ from collections.abc import Generator, Iterator
 
 import pytest
 
-from gpupack.bench.controlplane import ControlPlane
-from gpupack.bench.kube_programs import CONTROL_PLANE_VERSIONS, MissingBinary
+from gpupack.harness.controlplane import ControlPlane
+from gpupack.harness.kube_programs import CONTROL_PLANE_VERSIONS, MissingBinary
 from tests.e2e.cluster import E2ECluster
 
 LOG_TAIL = 40  # lines of each log printed when a test fails

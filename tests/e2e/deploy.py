@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from gpupack.bench.controlplane import REPO_ROOT
+from gpupack.harness.controlplane import REPO_ROOT
 
 MANIFESTS = REPO_ROOT / "manifests"
 FAKE_NVML_DIR = "/var/lib/gpupack-e2e/nvml"  # on the host and in the agent container

@@ -20,7 +20,7 @@ from gpupack.agent.fake_nvml_file import FileNvml
 from gpupack.agent.kubelet import podresources_pb2 as pr
 from gpupack.agent.kubelet import podresources_pb2_grpc as pr_grpc
 from gpupack.agent.podresources import KubeletPodResources
-from gpupack.extender.pod_request import assignment_from_pod
+from gpupack.kube.pod_request import assignment_from_pod
 from gpupack.scoring.facts import GpuSlot
 from tests.e2e.deploy import FAKE_NVML_FILE
 from tests.e2e.realcluster import FullControlPlane

@@ -1,6 +1,6 @@
 """A whole small cluster on 127.0.0.1: the control plane with controllers and a default kube-scheduler.
 
-`ControlPlane` (bench/controlplane.py) runs gpupack and its kube-scheduler as local processes. A real
+`ControlPlane` (harness/controlplane.py) runs gpupack and its kube-scheduler as local processes. A real
 node instead runs them as the shipped Deployment, and the shipped DaemonSet runs the agent; someone must
 turn those into pods and place them. `FullControlPlane` therefore starts, beside etcd and
 kube-apiserver, kube-controller-manager (the controllers those objects need) and a kube-scheduler with
@@ -9,8 +9,8 @@ the default profile, and no gpupack of its own.
 
 from __future__ import annotations
 
-from gpupack.bench.controlplane import HOST, ControlPlane, free_port, insecure_context
-from gpupack.bench.kube_programs import NEWEST, NODE_PROGRAMS, kube_bin_dir
+from gpupack.harness.controlplane import HOST, ControlPlane, free_port, insecure_context
+from gpupack.harness.kube_programs import NEWEST, NODE_PROGRAMS, kube_bin_dir
 
 # What the shipped objects need: workload controllers, the ServiceAccount and root-CA publishers that
 # pods' projected tokens need, namespace and garbage collection. No node lifecycle controller: it

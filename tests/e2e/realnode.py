@@ -40,7 +40,8 @@ from typing import Any
 
 import yaml
 
-from gpupack.bench.controlplane import (
+from gpupack.errors import GpupackError
+from gpupack.harness.controlplane import (
     NOT_READY_TAINT,
     ControlPlane,
     ControlPlaneError,
@@ -48,7 +49,6 @@ from gpupack.bench.controlplane import (
     http_status,
     wait_until,
 )
-from gpupack.errors import GpupackError
 from tests.e2e import images as image_builds
 
 NODE_NAME = "127.0.0.1"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from gpupack.bench.controlplane import ControlPlane
+from gpupack.harness.controlplane import ControlPlane
 from tests.e2e import deploy
 from tests.e2e.test_deploy_overlay import kubectl
 

@@ -19,9 +19,9 @@ from gpupack.agent.main import AgentLoop
 from gpupack.agent.node_publisher import KubeNodeApi, desired_annotations
 from gpupack.agent.nvml_topology import read_topology
 from gpupack.agent.pods import KubePods
-from gpupack.bench.controlplane import node_body, pod_body, wait_until
-from gpupack.extender.keys import ANNOTATION_MIG
-from gpupack.extender.pod_request import assignment_from_pod
+from gpupack.harness.controlplane import node_body, pod_body, wait_until
+from gpupack.kube.keys import ANNOTATION_MIG
+from gpupack.kube.pod_request import assignment_from_pod
 from gpupack.scoring.facts import GpuSlot
 from tests.agent.conftest import FakeKubelet
 from tests.e2e.cluster import E2ECluster

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpupack.bench.controlplane import pod_body
+from gpupack.harness.controlplane import pod_body
 from tests.e2e.catalogue import A30, H100, STATIC_H100_LAYOUT, dynamic_mig_node, static_mig_node, whole_gpu_node
 from tests.e2e.checks import assignment_problems
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpupack.bench.kube_programs import NEWEST, MissingBinary, kube_bin_dir
+from gpupack.harness.kube_programs import NEWEST, MissingBinary, kube_bin_dir
 from tests.e2e import deploy
 
 MINOR = NEWEST.rsplit(".", 1)[0]

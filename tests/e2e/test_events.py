@@ -20,9 +20,9 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpupack.bench.controlplane import ControlPlane, pod_body, wait_until
 from gpupack.extender.pod_events import REPEATED_FAILURES, WARNING_INTERVAL_SECONDS, PodEvents, PodRef
-from gpupack.extender.sources import OfficialKubeApi
+from gpupack.harness.controlplane import ControlPlane, pod_body, wait_until
+from gpupack.kube.sources import OfficialKubeApi
 from tests.e2e.catalogue import H100, L4, dynamic_mig_node, whole_gpu_node
 from tests.e2e.cluster import E2ECluster
 from tests.e2e.reasons import GPUPACK_REASONS

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpupack.bench.controlplane import pod_body
 from gpupack.cli import main
+from gpupack.harness.controlplane import pod_body
 from tests.e2e.catalogue import A100, H100, L4, PRODUCT_LABEL, all_to_all_nvlink, whole_gpu_node
 from tests.e2e.cluster import E2ECluster
 

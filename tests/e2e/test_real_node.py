@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpupack.bench.kube_programs import NEWEST, MissingBinary
+from gpupack.harness.kube_programs import NEWEST, MissingBinary
 from tests.e2e import deploy, images
 from tests.e2e.conftest import missing_program
 from tests.e2e.nodecase import (

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gpupack.bench.controlplane import ControlPlane
-from gpupack.bench.kube_programs import NEWEST, MissingBinary, kube_bin_dir
+from gpupack.harness.controlplane import ControlPlane
+from gpupack.harness.kube_programs import NEWEST, MissingBinary, kube_bin_dir
 from tests.e2e import images
 from tests.e2e.conftest import missing_program
 from tests.e2e.realnode import (

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from gpupack.bench.controlplane import wait_until
+from gpupack.harness.controlplane import wait_until
 from tests.e2e.catalogue import FITTING_MIX, pods_of, restart_nodes
 from tests.e2e.cluster import E2ECluster
 

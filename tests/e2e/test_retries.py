@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import time
 
-from gpupack.bench.controlplane import pod_body, wait_until
-from gpupack.bench.kube_programs import CONTROL_PLANE_VERSIONS
+from gpupack.harness.controlplane import pod_body, wait_until
+from gpupack.harness.kube_programs import CONTROL_PLANE_VERSIONS
 from tests.e2e.catalogue import H100, all_to_all_nvlink, whole_gpu_node
 from tests.e2e.cluster import E2ECluster
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from gpupack.bench.controlplane import (
+from gpupack.harness.controlplane import (
     E2E_REWRITES,
     e2e_scheduler_config,
     shipped_scheduler_config,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from gpupack.extender.keys import (
+from gpupack.kube.keys import (
     LABEL_GPU_COUNT,
     LABEL_GPU_PRODUCT,
     RESOURCE_CPU,

@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gpupack.bench.protocol import fgd_order, read_order_file, replay_order
-from gpupack.bench.workload import Trace, TracePod, gpu_count, gpu_milli_capacity
 from gpupack.scoring import policies
 from gpupack.scoring.engine import Decision, Engine
 from gpupack.scoring.facts import MigMode, NodeFacts, Placement
@@ -25,9 +23,11 @@ from gpupack.scoring.inventory import Inventory
 from gpupack.scoring.mix import typical_mix
 from gpupack.scoring.policies import GpupackArgs, GpupackWeights, PolicySpec, TieBreak
 from gpupack.scoring.request import Kind, PodRequest
+from gpupack.sim.protocol import fgd_order, read_order_file, replay_order
+from gpupack.sim.workload import Trace, TracePod, gpu_count, gpu_milli_capacity
 
 if TYPE_CHECKING:
-    from gpupack.bench.churn import ChurnConfig
+    from gpupack.sim.churn import ChurnConfig
 
 CURVE_STEP_PCT = 1.0
 
@@ -285,10 +285,10 @@ def simulate(
     `order_file` (fgd protocol) replaces the seeded shuffle and inflation by a submission order read
     from a file, e.g. the published Go simulator's (`default_seed42_order.txt`), for an exact
     side-by-side check; the run's seed is then the first of `seeds` (it only orders ties).
-    `replay` runs once, without a seed; `churn` (bench.churn) runs every seed with `churn`'s settings.
+    `replay` runs once, without a seed; `churn` (sim.churn) runs every seed with `churn`'s settings.
     """
     if protocol == "churn":
-        from gpupack.bench.churn import ChurnConfig
+        from gpupack.sim.churn import ChurnConfig
 
         return _simulate_churn(trace, policy_name, seeds or [42], churn or ChurnConfig())
     started = time.perf_counter()
@@ -332,7 +332,7 @@ def simulate(
 
 def _simulate_churn(trace: Trace, policy_name: str, seeds: list[int], config: ChurnConfig) -> dict[str, object]:
     """`simulate` for the churn protocol: one run per seed, medians of the rejections."""
-    from gpupack.bench.churn import run_churn
+    from gpupack.sim.churn import run_churn
 
     started = time.perf_counter()
     runs = [run_churn(trace, make_policy(policy_name, trace.pods), seed, config) for seed in seeds]

@@ -11,9 +11,9 @@ import csv
 from collections.abc import Iterator
 from pathlib import Path
 
-from gpupack.bench.workload import TraceError, TracePod
 from gpupack.scoring.facts import MigMode, NodeFacts
 from gpupack.scoring.request import MAX_GPUS_PER_NODE, Kind, PodRequest, RequestError
+from gpupack.sim.workload import TraceError, TracePod
 
 __all__ = [
     "NODE_HEADER",

@@ -23,8 +23,8 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from gpupack.extender.sources.errors import SourceError
-from gpupack.extender.sources.events import JsonObject
+from gpupack.kube.sources.errors import SourceError
+from gpupack.kube.sources.events import JsonObject
 
 WatchEvent = dict[str, Any]
 """A raw watch event: ``{"type": "ADDED"|"MODIFIED"|"DELETED"|"BOOKMARK"|"ERROR", "object": {...}}``."""

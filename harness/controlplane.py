@@ -36,8 +36,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
-from gpupack.bench.kube_programs import NEWEST, MissingBinary, kube_bin_dir
 from gpupack.errors import GpupackError
+from gpupack.harness.kube_programs import NEWEST, MissingBinary, kube_bin_dir
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCHEDULER_MANIFEST = REPO_ROOT / "manifests" / "scheduler-config.yaml"

@@ -9,8 +9,6 @@ import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpupack.bench.simulate import placed_gpus
-from gpupack.bench.workload import TracePod
 from gpupack.scoring.engine import Decision
 from gpupack.scoring.facts import MigMode, NodeFacts, Placement
 from gpupack.scoring.geometry import (
@@ -24,6 +22,8 @@ from gpupack.scoring.geometry import (
 )
 from gpupack.scoring.inventory import FULL_MILLI, MAX_GPUS, Inventory
 from gpupack.scoring.request import Kind
+from gpupack.sim.simulate import placed_gpus
+from gpupack.sim.workload import TracePod
 
 
 def pct(part: float, whole: float) -> float:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpupack.bench.workload import TraceError, TracePod, gpu_milli_demand, gpu_milli_per_gpu, gpu_milli_total
+from gpupack.sim.workload import TraceError, TracePod, gpu_milli_demand, gpu_milli_per_gpu, gpu_milli_total
 
 TUNED_SUFFIX = re.compile(r"^(?P<base>.+)-tuned-(?P<k>\d+)$")
 

@@ -1,8 +1,8 @@
 """Bench clusters from small declarative specs: node model x count, MIG mode, topology, capacity type, price.
 
 `ClusterSpec.build()` gives the `NodeFacts` the simulator runs on; `to_node_yaml` (and
-`python -m bench.scenarios NAME [SCALE]`) writes the same nodes as v1 Node objects (the labels and
-annotations of docs/contracts.md) that `gpupack simulate --nodes` and `extender.node_facts.facts_from_node`
+`python -m gpupack.sim.scenarios NAME [SCALE]`) writes the same nodes as v1 Node objects (the labels and
+annotations of docs/contracts.md) that `gpupack simulate --nodes` and `kube.node_facts.facts_from_node`
 read back into equal facts.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from gpupack.extender.keys import (
+from gpupack.kube.keys import (
     ANNOTATION_GPU_TOPOLOGY,
     ANNOTATION_HOURLY_COST,
     ANNOTATION_MIG,
@@ -330,12 +330,12 @@ CLUSTERS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m bench.scenarios NAME [SCALE]`: print a bench cluster as Node YAML (for `simulate --nodes`)."""
+    """`python -m gpupack.sim.scenarios NAME [SCALE]`: print a bench cluster as Node YAML (for `simulate --nodes`)."""
     import sys
 
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] not in CLUSTERS:
-        print(f"usage: python -m bench.scenarios {{{','.join(CLUSTERS)}}} [SCALE]", file=sys.stderr)
+        print(f"usage: python -m gpupack.sim.scenarios {{{','.join(CLUSTERS)}}} [SCALE]", file=sys.stderr)
         return 2
     spec = CLUSTERS[args[0]]()
     sys.stdout.write(to_node_yaml(spec.scaled(float(args[1]) if len(args) > 1 else 1.0).build()))

@@ -5,7 +5,7 @@ the Go module `k8s.io/kubernetes` at a released version by `tests/e2e/tools/buil
 outside the clone (`~/.cache/gpupack/kube/<version>/`, `$GPUPACK_KUBE_CACHE` overrides), so that a fresh
 clone on the same machine reuses them. Nothing here downloads a prebuilt program.
 
-`python -m gpupack.bench.kube_programs` builds whatever the e2e suite needs and is missing
+`python -m gpupack.harness.kube_programs` builds whatever the e2e suite needs and is missing
 (`make e2e` runs it first).
 """
 
@@ -80,8 +80,8 @@ def build_missing() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m gpupack.bench.kube_programs [--list]`: build what is missing, or list the matrix."""
-    parser = argparse.ArgumentParser(prog="python -m gpupack.bench.kube_programs", description=__doc__)
+    """`python -m gpupack.harness.kube_programs [--list]`: build what is missing, or list the matrix."""
+    parser = argparse.ArgumentParser(prog="python -m gpupack.harness.kube_programs", description=__doc__)
     parser.add_argument("--list", action="store_true", help="print each version and its programs, build nothing")
     args = parser.parse_args(argv)
     if args.list:

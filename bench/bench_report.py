@@ -30,13 +30,13 @@ import orjson
 
 from gpupack.bench import job_cache, speed
 from gpupack.bench.churn_report import churn_section
-from gpupack.bench.cost import ZERO_RISK
+from gpupack.bench.equal_risk import ZERO_RISK
 from gpupack.bench.jobs import ChurnJob, CostJob, CostSpotJob, Job, MigJob, NvlinkJob, OpenbJob, run_job
 from gpupack.bench.markdown import update_readme
 from gpupack.bench.openb_report import openb_section, readme_block
 from gpupack.bench.report_text import render, seeds_text, soak_text
-from gpupack.bench.scenarios import churn_cluster, cost_cluster, mig_cluster, nvlink_cluster
 from gpupack.bench.sections import cost_section, mig_section, nvlink_section, speed_section
+from gpupack.sim.scenarios import churn_cluster, cost_cluster, mig_cluster, nvlink_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES_ENV = "GPUPACK_OPENB_TRACES"
@@ -169,7 +169,7 @@ def build_jobs(config: BenchConfig) -> list[Job]:
         jobs += [
             CostJob(t, policy, seed, ratio, config.scale) for ratio in config.cost_ratios for policy in COST_POLICIES
         ]
-        jobs += [  # the same cluster with the spot practice of bench.cost: cost at equal risk (#16)
+        jobs += [  # the same cluster with the spot practice of bench.equal_risk: cost at equal risk (#16)
             CostSpotJob(t, policy, seed, ratio, config.scale) for ratio in config.cost_ratios for policy in ZERO_RISK
         ]
     jobs = [j for j in jobs if SCENARIO_SECTION.get(j.scenario, j.scenario) in config.sections]
@@ -305,7 +305,7 @@ def output_folder(args: argparse.Namespace) -> Path:
 def run_throughput_report(args: argparse.Namespace) -> int:
     """`gpupack bench --throughput`: gpupack beside a trivial extender under the real kube-scheduler."""
     from gpupack.bench import throughput
-    from gpupack.bench.controlplane import ControlPlaneError
+    from gpupack.harness.controlplane import ControlPlaneError
 
     quick = throughput.ThroughputConfig(node_counts=(500,), pods=500, rounds=1)
     config = quick if args.quick else throughput.ThroughputConfig()

@@ -26,12 +26,12 @@ from enum import StrEnum
 
 import numpy as np
 
-from gpupack.bench.protocol import fgd_order
-from gpupack.bench.simulate import Decider, build_inventory, make_policy, placed_gpus
-from gpupack.bench.workload import Trace, TracePod, gpu_milli_capacity
 from gpupack.scoring.facts import Placement
 from gpupack.scoring.inventory import Inventory
 from gpupack.scoring.policies import GpupackArgs, GpupackWeights, PolicySpec, gpupack
+from gpupack.sim.protocol import fgd_order
+from gpupack.sim.simulate import Decider, build_inventory, make_policy, placed_gpus
+from gpupack.sim.workload import Trace, TracePod, gpu_milli_capacity
 
 DEPARTING = 0.3  # share of the placed pods that leave before empty nodes are counted
 

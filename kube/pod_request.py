@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupack.errors import GpupackError
-from gpupack.extender.keys import (
+from gpupack.kube.keys import (
     ANNOTATION_ASSIGNMENT,
     ANNOTATION_INTERRUPTIBLE,
     LABEL_GPU_PRODUCT,
@@ -35,7 +35,7 @@ from gpupack.extender.keys import (
     RESOURCE_MIG_PREFIX,
     decode_json,
 )
-from gpupack.extender.quantity import QuantityError, parse_bytes, parse_count, parse_cpu_milli
+from gpupack.kube.quantity import QuantityError, parse_bytes, parse_count, parse_cpu_milli
 from gpupack.scoring.facts import GpuSlot, Placement
 from gpupack.scoring.geometry import (
     FAMILIES,

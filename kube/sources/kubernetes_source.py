@@ -27,7 +27,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from gpupack.errors import GpupackError
-from gpupack.extender.sources.events import (
+from gpupack.kube.sources.events import (
     Event,
     EventHandler,
     JsonObject,
@@ -42,7 +42,7 @@ from gpupack.extender.sources.events import (
     pod_key,
     resource_version,
 )
-from gpupack.extender.sources.kube_api import HTTP_GONE, KubeApi, ObjectList, WatchEvent
+from gpupack.kube.sources.kube_api import HTTP_GONE, KubeApi, ObjectList, WatchEvent
 
 logger = logging.getLogger(__name__)
 

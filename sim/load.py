@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpupack.bench.objects_loader import JSON_SUFFIXES, YAML_SUFFIXES, load_object_nodes, load_object_pods
-from gpupack.bench.openb import load_openb_nodes, load_openb_pods
-from gpupack.bench.workload import Trace, TraceError, TracePod
 from gpupack.scoring.facts import NodeFacts
+from gpupack.sim.objects_loader import JSON_SUFFIXES, YAML_SUFFIXES, load_object_nodes, load_object_pods
+from gpupack.sim.openb import load_openb_nodes, load_openb_pods
+from gpupack.sim.workload import Trace, TraceError, TracePod
 
 OBJECT_SUFFIXES = YAML_SUFFIXES + JSON_SUFFIXES
 

@@ -18,9 +18,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpupack.extender.keys import ANNOTATION_DEVICES_IN_USE, decode_json
-from gpupack.extender.node_facts import NodeFactsError, node_name
-from gpupack.extender.pod_request import parse_slot
+from gpupack.kube.keys import ANNOTATION_DEVICES_IN_USE, decode_json
+from gpupack.kube.node_facts import NodeFactsError, node_name
+from gpupack.kube.pod_request import parse_slot
 from gpupack.scoring.facts import GpuSlot, Placement
 from gpupack.scoring.inventory import Inventory, InventoryError
 from gpupack.scoring.request import PodRequest

@@ -3,7 +3,7 @@
 Accepted layouts: a plain list of objects, a `kind: List` (or any `...List`) with `items`, a single object,
 or multi-document YAML whose documents are any of these. Objects of other kinds are ignored, so one cluster
 file can hold both the Nodes and the Pods. The conversion itself is the extender's
-(`extender.node_facts.facts_from_node`, `extender.pod_request.request_from_pod`, `pod_key`), so the
+(`kube.node_facts.facts_from_node`, `kube.pod_request.request_from_pod`, `pod_key`), so the
 simulator sees exactly what the live extender would.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from gpupack.bench.workload import TraceError, TracePod
 from gpupack.scoring.facts import NodeFacts
+from gpupack.sim.workload import TraceError, TracePod
 
 JSON_SUFFIXES = (".json",)
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -76,8 +76,8 @@ def _label(obj: dict[str, Any], index: int) -> str:
 
 
 def load_object_nodes(path: str | Path) -> list[NodeFacts]:
-    """The Node objects of a YAML/JSON file as NodeFacts (via `extender.node_facts.facts_from_node`)."""
-    from gpupack.extender.node_facts import facts_from_node
+    """The Node objects of a YAML/JSON file as NodeFacts (via `kube.node_facts.facts_from_node`)."""
+    from gpupack.kube.node_facts import facts_from_node
 
     path = Path(path)
     nodes: list[NodeFacts] = []
@@ -99,10 +99,10 @@ def load_object_nodes(path: str | Path) -> list[NodeFacts]:
 def load_object_pods(path: str | Path) -> list[TracePod]:
     """The Pod objects of a YAML/JSON file as TracePods named "namespace/name", in file order.
 
-    Requests come from `extender.pod_request.request_from_pod`; `qos` is the Pod's `status.qosClass`
+    Requests come from `kube.pod_request.request_from_pod`; `qos` is the Pod's `status.qosClass`
     (empty when absent). Pods already bound (spec.nodeName set) are included like any other.
     """
-    from gpupack.extender.pod_request import pod_key, request_from_pod
+    from gpupack.kube.pod_request import pod_key, request_from_pod
 
     path = Path(path)
     pods: list[TracePod] = []

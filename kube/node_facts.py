@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from gpupack.errors import GpupackError
-from gpupack.extender.keys import (
+from gpupack.kube.keys import (
     ANNOTATION_GPU_TOPOLOGY,
     ANNOTATION_HOURLY_COST,
     ANNOTATION_MIG,
@@ -42,8 +42,8 @@ from gpupack.extender.keys import (
     SPOT_LABELS,
     decode_json,
 )
-from gpupack.extender.mig_layout import Layout, instance_counts, parse_layout, synthesize_layout
-from gpupack.extender.quantity import parse_bytes, parse_count, parse_cpu_milli
+from gpupack.kube.mig_layout import Layout, instance_counts, parse_layout, synthesize_layout
+from gpupack.kube.quantity import parse_bytes, parse_count, parse_cpu_milli
 from gpupack.scoring.facts import MigMode, NodeFacts
 from gpupack.scoring.geometry import canonical_profile
 from gpupack.scoring.gpu_models import lookup_model

@@ -4,8 +4,8 @@ Consumers apply ``NodeUpserted``/``NodeDeleted``/``PodUpserted``/``PodDeleted`` 
 ``Synced`` as "the picture equals a fresh list"; reconnects, bookmarks and relists stay in here.
 """
 
-from gpupack.extender.sources.errors import SourceError
-from gpupack.extender.sources.events import (
+from gpupack.kube.sources.errors import SourceError
+from gpupack.kube.sources.events import (
     Event,
     EventHandler,
     JsonObject,
@@ -17,8 +17,8 @@ from gpupack.extender.sources.events import (
     pod_is_terminal,
     pod_key,
 )
-from gpupack.extender.sources.file_source import ClusterFileSource, ClusterObjects, load_cluster_objects
-from gpupack.extender.sources.kube_api import (
+from gpupack.kube.sources.file_source import ClusterFileSource, ClusterObjects, load_cluster_objects
+from gpupack.kube.sources.kube_api import (
     ClusterWriter,
     EventWriter,
     KubeApi,
@@ -26,7 +26,7 @@ from gpupack.extender.sources.kube_api import (
     OfficialKubeApi,
     load_kube_config,
 )
-from gpupack.extender.sources.kubernetes_source import Backoff, KubernetesSource
+from gpupack.kube.sources.kubernetes_source import Backoff, KubernetesSource
 
 __all__ = [
     "Backoff",

@@ -23,8 +23,8 @@ from typing import Any
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from gpupack.extender.sources.errors import SourceError
-from gpupack.extender.sources.events import (
+from gpupack.kube.sources.errors import SourceError
+from gpupack.kube.sources.events import (
     Event,
     EventHandler,
     JsonObject,

@@ -29,14 +29,14 @@ from typing import TypedDict
 
 import numpy as np
 
-from gpupack.bench.metrics import stranded_gpus
-from gpupack.bench.simulate import Decider, build_inventory, kind_label, placed_gpus, requested_gpus
-from gpupack.bench.workload import Trace, TracePod, gpu_count
 from gpupack.scoring.engine import Engine
 from gpupack.scoring.facts import Placement
 from gpupack.scoring.geometry import resource_profile
 from gpupack.scoring.policies import PolicySpec
 from gpupack.scoring.request import Kind, PodRequest
+from gpupack.sim.packing_metrics import stranded_gpus
+from gpupack.sim.simulate import Decider, build_inventory, kind_label, placed_gpus, requested_gpus
+from gpupack.sim.workload import Trace, TracePod, gpu_count
 
 
 @dataclass(frozen=True)
@@ -273,8 +273,8 @@ def inference_pods(count: int = 1000) -> list[TracePod]:
 
 def pod_objects(pods: Sequence[TracePod]) -> list[dict[str, object]]:
     """The mix as v1 Pods (`gpupack simulate --pods` reads them back into the same requests)."""
-    from gpupack.extender.keys import RESOURCE_MIG_PREFIX
-    from gpupack.extender.objects import make_pod
+    from gpupack.kube.keys import RESOURCE_MIG_PREFIX
+    from gpupack.kube.objects import make_pod
 
     objects = []
     for pod in pods:
@@ -286,13 +286,13 @@ def pod_objects(pods: Sequence[TracePod]) -> list[dict[str, object]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m gpupack.bench.churn nodes|pods`: the churn scenario's cluster or pod mix as YAML, for
+    """`python -m gpupack.sim.churn nodes|pods`: the churn scenario's cluster or pod mix as YAML, for
     `gpupack simulate --protocol churn --nodes ... --pods ...`."""
     import sys
 
     import yaml
 
-    from gpupack.bench.scenarios import churn_cluster, to_node_yaml
+    from gpupack.sim.scenarios import churn_cluster, to_node_yaml
 
     args = list(sys.argv[1:] if argv is None else argv)
     if args == ["nodes"]:
@@ -301,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         items = pod_objects(inference_pods())
         sys.stdout.write(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}, sort_keys=False))
     else:
-        print("usage: python -m gpupack.bench.churn {nodes|pods}", file=sys.stderr)
+        print("usage: python -m gpupack.sim.churn {nodes|pods}", file=sys.stderr)
         return 2
     return 0
 
