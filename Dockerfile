@@ -45,7 +45,7 @@ RUN pip install --no-compile /wheels/*.whl && rm -rf /wheels \
  && python -m compileall -q "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 # every kernel, compiled through the warm-up's real request path, into the seed cache
 RUN NUMBA_CACHE_DIR=/opt/gpupack/numba-cache python -c \
-        "from gpupack.extender.settings import Settings; from gpupack.extender.state import ClusterState; ClusterState(Settings()).warm_up()" \
+        "from gpupack.extender.settings import Settings; from gpupack.extender.state import ClusterState; from gpupack.extender.warm_up import warm_up; warm_up(ClusterState(Settings()))" \
  && chmod -R a+rX /opt/gpupack
 COPY manifests/examples/cluster.yaml /usr/share/gpupack/cluster.yaml
 # numeric, so kubelet can check runAsNonRoot

@@ -11,7 +11,8 @@ from gpupack.bench.plots import allocation_curves, time_series_panels
 from gpupack.scoring.policies import POLICY_NAMES
 from gpupack.sim.churn import ChurnConfig
 from gpupack.sim.load import load_trace
-from gpupack.sim.simulate import make_policy, simulate, with_dynamic_mig
+from gpupack.sim.runs import simulate
+from gpupack.sim.simulate import make_policy, with_dynamic_mig
 from gpupack.sim.workload import TraceError
 
 

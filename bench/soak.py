@@ -294,6 +294,7 @@ def run(config: SoakConfig, log: Any = None) -> SoakResult:
     from gpupack.extender.app import create_app
     from gpupack.extender.settings import Settings
     from gpupack.extender.state import ClusterState
+    from gpupack.extender.warm_up import warm_up
 
     say = log or (lambda _line: None)
     rng = random.Random(config.seed)
@@ -306,7 +307,7 @@ def run(config: SoakConfig, log: Any = None) -> SoakResult:
         source = soak_source_class()(path, state.apply)
         state.writer = source
     source.start()
-    state.warm_up()
+    warm_up(state)
     app = create_app(state, settings)
     names = [n["metadata"]["name"] for n in nodes]
     context = multiprocessing.get_context("spawn")

@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from gpupack.arguments import seed_list
 from gpupack.bench.job_cache import code_fingerprint
 from gpupack.bench.jobs import NODE_LIST, _nodes, _pods, pod_file, prefix_to_arrived
 from gpupack.bench.paired import paired
-from gpupack.cli import _seeds
 from gpupack.scoring.policies import GpupackArgs, PolicySpec, gpupack
 from gpupack.sim.protocol import fgd_order
 from gpupack.sim.simulate import make_policy, run_once
@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gpupack.bench.bench_report import OPENB_TRACES, default_traces_dir
 
     parser = argparse.ArgumentParser(prog="python -m gpupack.bench.tune")
-    parser.add_argument("--seeds", type=_seeds, default=list(range(0, 42)))
+    parser.add_argument("--seeds", type=seed_list, default=list(range(0, 42)))
     parser.add_argument("--traces", default=",".join(OPENB_TRACES))
     parser.add_argument("--variant", action="append", default=[], help="NAME=JSON of GpupackArgs fields")
     parser.add_argument("--cache", default="/tmp/gpupack-tune")

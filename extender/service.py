@@ -28,6 +28,7 @@ from gpupack.extender.app import create_app
 from gpupack.extender.numba_cache import seed_numba_cache
 from gpupack.extender.settings import Settings, SettingsError, load_settings
 from gpupack.extender.state import ClusterState
+from gpupack.extender.warm_up import warm_up
 from gpupack.kube.sources import (
     ClusterFileSource,
     KubernetesSource,
@@ -155,7 +156,7 @@ def check_tls(cert: str | None, key: str | None) -> str | None:
 
 def warm_up_then_tune_gc(state: ClusterState) -> None:
     """Compile the kernels, then `tune_gc` (start-up's objects are all alive by then)."""
-    state.warm_up()
+    warm_up(state)
     tune_gc()
 
 

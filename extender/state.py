@@ -25,25 +25,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
-from gpupack.extender.binder import NOT_SYNCED, Binder, BindError, BindFailure, api_reason
+from gpupack.extender.binder import Binder, BindFailure
 from gpupack.extender.decisions import (
-    NOT_CHOSEN,
-    SEEN_BYTES_LIMIT,
-    SEEN_LIMIT,
-    UNKNOWN_NODE,
-    UNSCHEDULABLE_NODE,
     Answer,
     AnswerBuilder,
     Decider,
     Evaluation,
     Outcome,
     Verdicts,
-    normalise,
-    request_bytes,
     verdicts,
 )
 from gpupack.extender.pod_events import PodEvents
-from gpupack.extender.pod_ledger import BoundPod, PlacedBy, PodLedger, PodRecord, identity
+from gpupack.extender.pod_ledger import BoundPod, PodLedger
 from gpupack.extender.reservations import Clock, ReservationBook
 from gpupack.extender.settings import Settings
 from gpupack.kube.sources.events import Event
@@ -55,29 +48,6 @@ from gpupack.scoring.names import NameArray
 from gpupack.scoring.policies import baseline
 from gpupack.scoring.request import PodRequest
 from gpupack.scoring.usage import UsageTotals
-
-__all__ = [  # what callers imported from here before the split keeps being importable from here
-    "NOT_CHOSEN",
-    "NOT_SYNCED",
-    "SEEN_BYTES_LIMIT",
-    "SEEN_LIMIT",
-    "UNKNOWN_NODE",
-    "UNSCHEDULABLE_NODE",
-    "BindError",
-    "BindFailure",
-    "BoundPod",
-    "ClusterState",
-    "Evaluation",
-    "Outcome",
-    "PlacedBy",
-    "PodRecord",
-    "RememberedRequests",
-    "Snapshot",
-    "api_reason",
-    "identity",
-    "normalise",
-    "request_bytes",
-]
 
 
 @dataclass
@@ -146,11 +116,8 @@ class ClusterState:
         """The kernels have run once (numba compiled them)."""
         return self._warm
 
-    def warm_up(self) -> None:
-        """Compile every kernel through the path real requests take (extender.warm_up), then be warm."""
-        from gpupack.extender.warm_up import compile_kernels  # it drives the verbs, which import this module
-
-        compile_kernels(self.settings)
+    def mark_warm(self) -> None:
+        """Every kernel has been compiled (extender.warm_up.warm_up does it, through the verbs)."""
         self._warm = True
 
     # ================================================================== the parts' work

@@ -19,8 +19,9 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from gpupack.extender.binder import NOT_SYNCED, BindError
 from gpupack.extender.settings import Settings
-from gpupack.extender.state import NOT_SYNCED, BindError, ClusterState
+from gpupack.extender.state import ClusterState
 from gpupack.extender.wire import (
     MAX_NAME_CHARS,
     MAX_NAMESPACE_CHARS,

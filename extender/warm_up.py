@@ -25,6 +25,12 @@ _LIMITS = (
 )
 
 
+def warm_up(state: ClusterState) -> None:
+    """Compile every kernel through the path real requests take with `state`'s settings, then mark it warm."""
+    compile_kernels(state.settings)
+    state.mark_warm()
+
+
 def compile_kernels(service_settings: Settings) -> None:
     """Answer a few real bodies on scratch states with the service's settings (both decideInFilter)."""
     for decide_in_filter in (True, False):

@@ -7,34 +7,10 @@ import sys
 from collections.abc import Sequence
 from typing import TypeAlias
 
+from gpupack.arguments import port_number, seed_list
+
 # the object `add_subparsers` returns: each `_<command>` adds its subcommand to it
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
-
-
-def _seeds(text: str) -> list[int]:
-    """`42-51` or `42,43,50` -> list of seeds."""
-    seeds: list[int] = []
-    try:
-        for part in text.split(","):
-            if "-" in part:
-                low, high = part.split("-", 1)
-                seeds.extend(range(int(low), int(high) + 1))
-            else:
-                seeds.append(int(part))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"seeds must look like 42-51 or 42,43: {text!r}") from None
-    return seeds
-
-
-def _port(text: str) -> int:
-    """A TCP port number, 1..65535."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port {port} is out of range 1..65535")
-    return port
 
 
 def build_parser(prog: str = "gpupack") -> argparse.ArgumentParser:
@@ -53,7 +29,7 @@ def _serve(sub: Subparsers) -> None:
     source.add_argument("--cluster-file", help="YAML/JSON list of Node and Pod objects served from memory")
     source.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster config)")
     serve.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
-    serve.add_argument("--port", type=_port, default=None, help="listen port (default 8888)")
+    serve.add_argument("--port", type=port_number, default=None, help="listen port (default 8888)")
     serve.add_argument("--config", help="policy/service config YAML")
     serve.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
     serve.add_argument("--tls-key", help="private key for --tls-cert (PEM)")
@@ -65,7 +41,7 @@ def _simulate(sub: Subparsers) -> None:
     simulate.add_argument("--nodes", required=True, help="openb node CSV or YAML/JSON list of Nodes")
     simulate.add_argument("--pods", required=True, help="openb pod CSV or YAML/JSON list of Pods")
     simulate.add_argument("--policy", default="gpupack", help="policy name (default gpupack)")
-    simulate.add_argument("--seeds", type=_seeds, default=[42], help="e.g. 42-51 (fgd and churn protocols)")
+    simulate.add_argument("--seeds", type=seed_list, default=[42], help="e.g. 42-51 (fgd and churn protocols)")
     simulate.add_argument(
         "--protocol",
         choices=("fgd", "replay", "churn"),

@@ -16,8 +16,9 @@ from typing import Any
 
 import yaml
 
+from gpupack.extender.pod_ledger import identity
 from gpupack.extender.settings import Settings, SettingsError, load_settings
-from gpupack.extender.state import ClusterState, identity
+from gpupack.extender.state import ClusterState
 from gpupack.kube.node_facts import node_is_schedulable
 from gpupack.kube.sources import (
     ClusterFileSource,

@@ -15,8 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpupack.extender.app import create_app
+from gpupack.extender.decisions import UNKNOWN_NODE
 from gpupack.extender.settings import Settings
-from gpupack.extender.state import UNKNOWN_NODE
+from gpupack.extender.warm_up import warm_up
 from tests.extender_helpers import L4, file_state, node, pod, write_cluster
 
 LIMIT = 64 * 1024
@@ -30,7 +31,7 @@ def served(tmp_path_factory: pytest.TempPathFactory):
     )
     config = Settings(max_body_bytes=LIMIT)
     state, _ = file_state(path, config)
-    state.warm_up()
+    warm_up(state)
     return TestClient(create_app(state, config)), state
 
 

@@ -25,6 +25,7 @@ from gpupack.extender.app import create_app
 from gpupack.extender.service import uvicorn_config
 from gpupack.extender.settings import Settings
 from gpupack.extender.state import ClusterState
+from gpupack.extender.warm_up import warm_up
 from gpupack.kube.pod_request import assignment_from_pod
 from gpupack.kube.sources import ClusterFileSource
 from gpupack.scoring.facts import Placement
@@ -88,7 +89,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     clock = FakeClock()
     settings = Settings(reservation_ttl_seconds=TTL, port=1)
     state, source = file_state(path, settings, clock=clock)
-    state.warm_up()
+    warm_up(state)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))

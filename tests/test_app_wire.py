@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 
 from gpupack.extender.app import create_app
 from gpupack.extender.settings import Settings
+from gpupack.extender.warm_up import warm_up
 from tests import wire_captures
 from tests.extender_helpers import file_state, write_cluster
 
@@ -47,7 +48,7 @@ def cluster_objects(folder: Path) -> list[dict[str, Any]]:
 def test_replay_captures_in_order(folder: Path, report_not_chosen: bool, tmp_path: Path) -> None:
     settings = Settings(report_not_chosen=report_not_chosen)
     state, source = file_state(write_cluster(tmp_path / "cluster.yaml", cluster_objects(folder)), settings)
-    state.warm_up()
+    warm_up(state)
     client = TestClient(create_app(state, settings))
     for path in sorted(folder.glob("*.request.json")):
         verb = path.name.split("-")[1]

@@ -18,8 +18,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpupack.extender.app import create_app
+from gpupack.extender.binder import NOT_SYNCED
 from gpupack.extender.settings import Settings
-from gpupack.extender.state import NOT_SYNCED, ClusterState
+from gpupack.extender.state import ClusterState
+from gpupack.extender.warm_up import warm_up
 from gpupack.kube.sources import NodeUpserted, PodDeleted, Synced
 from tests.extender_helpers import L4, file_state, live_server, node, pod, write_cluster
 from tests.test_app_bad_input import BAD_BODIES, BAD_PODS, LIMIT, args, fingerprint, post
@@ -59,7 +61,7 @@ def served(tmp_path_factory: pytest.TempPathFactory):
     path = write_cluster(tmp_path_factory.mktemp("catalogue") / "c.yaml", [*nodes, pod("p", gpus=1)])
     config = Settings(max_body_bytes=LIMIT)
     state, _ = file_state(path, config)
-    state.warm_up()
+    warm_up(state)
     return TestClient(create_app(state, config)), state, config
 
 

@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 
 from gpupack.extender import decisions, verbs
 from gpupack.extender.app import create_app
+from gpupack.extender.decisions import SEEN_LIMIT, request_bytes
 from gpupack.extender.settings import Settings
-from gpupack.extender.state import SEEN_LIMIT, request_bytes
 from gpupack.extender.wire import MAX_REASON_CHARS
 from tests.extender_helpers import L4, node, pod, state_from
 

@@ -9,7 +9,7 @@ import importlib
 import pytest
 
 from gpupack.errors import GpupackError
-from gpupack.extender.state import BindError, BindFailure
+from gpupack.extender.binder import BindError, BindFailure
 from gpupack.scoring.request import RequestError
 from tests.components import COMPONENTS, ROOT
 

@@ -18,6 +18,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from gpupack.extender import pod_events
+from gpupack.extender.binder import BindError
 from gpupack.extender.pod_events import (
     NOTE_LIMIT,
     REPEATED_FAILURES,
@@ -31,7 +32,6 @@ from gpupack.extender.pod_events import (
     no_node_note,
 )
 from gpupack.extender.service_metrics import Metrics
-from gpupack.extender.state import BindError
 from gpupack.scoring.facts import GpuSlot, Placement
 from tests.extender_helpers import L4, FakeClock, file_state, node, pod, write_cluster
 from tests.fake_apiserver import Extender, FakeApiServer, launch

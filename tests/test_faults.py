@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from gpupack.extender.binder import NOT_SYNCED, BindError
 from gpupack.extender.reservations import Ended
 from gpupack.extender.settings import Settings
-from gpupack.extender.state import NOT_SYNCED, BindError
 from tests.extender_helpers import A100, L4, FakeClock, mixed_kinds_pod, node, pod
 from tests.fake_apiserver import Extender, FakeApiServer, launch
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from gpupack.sim.load import load_trace
-from gpupack.sim.simulate import simulate
+from gpupack.sim.runs import simulate
 from tests.conftest import OPENB, needs_openb
 
 pytestmark = [needs_openb, pytest.mark.slow]

@@ -15,7 +15,8 @@ import json
 
 import pytest
 
-from gpupack.extender.state import BindError, ClusterState
+from gpupack.extender.binder import BindError
+from gpupack.extender.state import ClusterState
 from gpupack.kube.sources import PodUpserted
 from gpupack.scoring.facts import GpuSlot, Placement
 from tests.extender_helpers import L4, assert_matches_rebuild, assert_no_overlap, node, pod, state_from

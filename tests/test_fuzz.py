@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from gpupack.extender.app import create_app
 from gpupack.extender.settings import Settings
 from gpupack.extender.state import ClusterState
+from gpupack.extender.warm_up import warm_up
 from gpupack.scoring.inventory import Inventory
 from tests.extender_helpers import A100, L4, assert_no_overlap, inventory_by_node, node, state_from
 from tests.wire_captures import args_files, bind_files, captured_nodes, load
@@ -47,7 +48,7 @@ CONFIG = Settings(max_body_bytes=256 * 1024, reservation_ttl_seconds=3600)
 
 def warm_state() -> ClusterState:
     state = state_from(NODES, settings=CONFIG)
-    state.warm_up()  # /readyz answers 503 until then, by design
+    warm_up(state)  # /readyz answers 503 until then, by design
     return state
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from gpupack.extender.inline import INLINE_MIG_INSTANCES
 from gpupack.extender.settings import Settings
+from gpupack.extender.warm_up import warm_up
 from tests.extender_helpers import live_server, node, pod, state_from
 
 
@@ -19,7 +20,7 @@ def filter_threads(pods: list[dict[str, Any]], verb: str) -> dict[str, str]:
     """The thread each pod's decision ran in, over a live server: pod name -> thread name."""
     settings = Settings()
     state = state_from([node(f"h100-{i}", mig="dynamic") for i in range(4)], settings=settings)
-    state.warm_up()
+    warm_up(state)
     threads: dict[str, str] = {}
     decide = state.engine.decide
 

@@ -480,7 +480,7 @@ def test_the_image_ships_its_kernels_compiled() -> None:
     text = (ROOT / "Dockerfile").read_text()
     seed = re.search(rf"{SEED_ENV}=(\S+)", text)
     assert seed, f"the image sets no {SEED_ENV}"
-    assert re.search(rf"RUN NUMBA_CACHE_DIR={re.escape(seed[1])} python -c \\\n.*warm_up\(\)", text)
+    assert re.search(rf"RUN NUMBA_CACHE_DIR={re.escape(seed[1])} python -c \\\n.*warm_up\(ClusterState\(", text)
 
 
 def test_deployment_is_locked_down() -> None:

@@ -27,6 +27,7 @@ class Refuse(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, Refuse())
 from fastapi.testclient import TestClient
+from gpupack.extender.warm_up import warm_up
 from gpupack.extender.app import create_app
 from gpupack.extender.service import build_source
 from gpupack.extender.settings import Settings
@@ -37,7 +38,7 @@ settings = Settings()
 state = ClusterState(settings)
 source = build_source(argparse.Namespace(cluster_file="manifests/examples/cluster.yaml"), state, settings)
 source.start()
-state.warm_up()
+warm_up(state)
 client = TestClient(create_app(state, settings))
 assert client.get("/readyz").status_code == 200, client.get("/readyz").text
 print(sorted(name for name in sys.modules if name.startswith("gpupack")))

@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from gpupack.extender.app import create_app
 from gpupack.extender.settings import Settings
+from gpupack.extender.warm_up import warm_up
 from gpupack.scoring.geometry import FAMILIES
 from tests.extender_helpers import L4, file_state, node, pod, write_cluster
 
@@ -40,7 +41,7 @@ def cluster() -> list[dict[str, Any]]:
 def client(request: pytest.FixtureRequest, tmp_path: Path) -> TestClient:
     settings = Settings(decide_in_filter=request.param)
     state, _ = file_state(write_cluster(tmp_path / "cluster.yaml", cluster()), settings)
-    state.warm_up()  # kernels compiled (or loaded) before the first timed filter
+    warm_up(state)  # kernels compiled (or loaded) before the first timed filter
     return TestClient(create_app(state, settings))
 
 

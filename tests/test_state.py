@@ -11,9 +11,12 @@ from pathlib import Path
 import orjson
 import pytest
 
+from gpupack.extender.binder import BindError
+from gpupack.extender.decisions import NOT_CHOSEN, UNKNOWN_NODE, UNSCHEDULABLE_NODE, normalise
 from gpupack.extender.reservations import Ended
 from gpupack.extender.settings import Settings
-from gpupack.extender.state import NOT_CHOSEN, UNKNOWN_NODE, UNSCHEDULABLE_NODE, BindError, ClusterState, normalise
+from gpupack.extender.state import ClusterState
+from gpupack.extender.warm_up import warm_up
 from gpupack.kube.sources import (
     JsonObject,
     NodeDeleted,
@@ -355,7 +358,7 @@ def test_synced_and_ready() -> None:
     assert not state.ready
     state.apply(Synced())
     assert not state.ready
-    state.warm_up()
+    warm_up(state)
     assert state.ready
 
 

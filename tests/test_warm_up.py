@@ -14,6 +14,7 @@ from tests.extender_helpers import ROOT
 PROBE = """
 import orjson, yaml
 from numba.core.registry import CPUDispatcher
+from gpupack.extender.warm_up import warm_up
 from gpupack.scoring import kernels
 from gpupack.scoring import names as name_kernels  # `names` below is the candidates
 from gpupack.extender.settings import Settings
@@ -32,7 +33,7 @@ def compiled():
 for decide_in_filter in (True, False):
     settings = Settings(decide_in_filter=decide_in_filter)
     state = ClusterState(settings)
-    state.warm_up()
+    warm_up(state)
     after_warm_up = compiled()
     source = ClusterFileSource("manifests/examples/cluster.yaml", state.apply)
     source.start()
