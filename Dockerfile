@@ -14,7 +14,7 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 # README.m[d]: pyproject.toml names README.md as the long description
 COPY pyproject.toml README.m[d] ./
-# one line per component of pyproject.toml's package-dir (tests/test_components.py holds them equal)
+# one line per component of pyproject.toml's package-dir (tests/project/test_components.py holds them equal)
 COPY gpupack/ gpupack/
 COPY scoring/ scoring/
 COPY kube/ kube/

@@ -73,7 +73,7 @@ def make_policy(name: str, workload: list[TracePod]) -> PolicySpec:
 
     Pass the pods as submitted (after the protocol's inflation), as the ATC'23 simulator computes its
     typical pods from the workload it schedules: replaying its seed-42 order, the oracle of the submitted
-    pods reproduces its published allocation (tests/test_fidelity.py), the one of the trace file does not
+    pods reproduces its published allocation (tests/sim/test_fidelity.py), the one of the trace file does not
     (0.1 point more).
 
     `gpupack[spot_avoid=0,pack=0.1]` is gpupack with those weights (scoring.policies.GpupackWeights).

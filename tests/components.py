@@ -1,7 +1,7 @@
 """The project's components, as the one list that registers them: `[tool.setuptools.package-dir]` of pyproject.toml.
 
 Each top-level folder there is installed as a `gpupack.*` package. The wheel and `.ci/typecheck.py` read the
-list directly; ruff's ban list and the Dockerfile's COPY lines are static copies that tests/test_components.py
+list directly; ruff's ban list and the Dockerfile's COPY lines are static copies that tests/project/test_components.py
 holds to it.
 """
 

@@ -1,7 +1,7 @@
 """Forged state: `gpupack.io/assignment` annotations gpupack did not write never hand out capacity twice
 and never free capacity in use (the rule: extender/state.py docstring, docs/forged-state.md).
 
-Already proven in tests/test_state.py and referenced from docs/forged-state.md:
+Already proven in tests/extender/test_state.py and referenced from docs/forged-state.md:
 test_assignment_naming_another_node_is_placed_first_fit_on_the_bound_node,
 test_assignment_claiming_a_gpu_in_use_never_double_books_or_frees,
 test_forged_claim_on_a_full_node_holds_nothing_until_capacity_frees,

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 
 from gpupack.extender.app import create_app
-from tests.test_fuzz import CONFIG, assert_consistent, warm_state
+from tests.extender.test_fuzz import CONFIG, assert_consistent, warm_state
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is not installed (dev extra)")
 from schemathesis.checks import not_a_server_error  # noqa: E402

@@ -1,4 +1,4 @@
-"""The rows of docs/bad-input.md not already proven in tests/test_app_bad_input.py: nodes with garbage
+"""The rows of docs/bad-input.md not already proven in tests/extender/test_app_bad_input.py: nodes with garbage
 `gpupack.io/*` annotations or topology matrices of the wrong shape, unknown GPU products, and the
 whole catalogue against a real server process-in-a-thread that must keep answering.
 
@@ -23,8 +23,8 @@ from gpupack.extender.settings import Settings
 from gpupack.extender.state import ClusterState
 from gpupack.extender.warm_up import warm_up
 from gpupack.kube.sources import NodeUpserted, PodDeleted, Synced
+from tests.extender.test_app_bad_input import BAD_BODIES, BAD_PODS, LIMIT, args, fingerprint, post
 from tests.extender_helpers import L4, file_state, live_server, node, pod, write_cluster
-from tests.test_app_bad_input import BAD_BODIES, BAD_PODS, LIMIT, args, fingerprint, post
 
 UNKNOWN_PRODUCT = "ACME-Tensor-X1"
 GOOD = ["h", "l"]

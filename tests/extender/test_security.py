@@ -1,7 +1,7 @@
 """Security defaults: loopback unless told otherwise, optional TLS, size and time limits, quiet logs.
 
-The size limit itself is proven by tests/test_app_bad_input.py::test_body_over_the_limit_gets_413
-(with and without Content-Length); RBAC least privilege by tests/test_rbac_usage.py.
+The size limit itself is proven by tests/extender/test_app_bad_input.py::test_body_over_the_limit_gets_413
+(with and without Content-Length); RBAC least privilege by tests/extender/test_rbac_usage.py.
 """
 
 from __future__ import annotations

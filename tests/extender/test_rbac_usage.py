@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SERVICE_COMPONENTS = ("gpupack", "scoring", "kube", "extender")  # the agent has RBAC of its own
 KUBE_API = ROOT / "kube" / "sources" / "kube_api.py"
 RBAC = ROOT / "manifests" / "rbac.yaml"

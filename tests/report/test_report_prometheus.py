@@ -19,7 +19,7 @@ import pytest
 from gpupack.cli import main
 from tests.conftest import needs_data
 from tests.extender_helpers import write_cluster
-from tests.test_report import small_cluster
+from tests.report.test_report import small_cluster
 
 PROMETHEUS = Path(shutil.which("prometheus") or "/usr/bin/prometheus")
 needs_prometheus = needs_data(PROMETHEUS, "Debian's prometheus: apt-get install -y prometheus (.ci/run installs it)")

@@ -22,7 +22,7 @@ import yaml
 from gpupack.scoring.geometry import FAMILIES, MAX_FIT, SHAPES, slice_bits
 
 K8S_VERSION = "1.37"  # the newest supported minor (manifests/kubernetes-versions)
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
 EXAMPLES = MANIFESTS / "examples"
 CLUSTER_FILE = EXAMPLES / "cluster.yaml"
@@ -32,7 +32,7 @@ AGENT_FILES = tuple(f"agent/{path.name}#" for path in (MANIFESTS / "agent").glob
 SERVICE_ACCOUNT = "gpupack-scheduler"
 
 # The gpupack sidecar's ClusterRole, exactly: (API group, resource, verb).
-EXTENDER_RULES = {  # what kube/sources/kube_api.py calls (tests/test_rbac_usage.py derives it)
+EXTENDER_RULES = {  # what kube/sources/kube_api.py calls (tests/extender/test_rbac_usage.py derives it)
     *{("", "nodes", verb) for verb in ("list", "watch")},
     *{("", "pods", verb) for verb in ("list", "watch")},
     ("", "pods/binding", "create"),
@@ -79,7 +79,7 @@ def _objects(files: list[Path]) -> list[tuple[str, dict[str, Any]]]:
 
 
 ALL_OBJECTS = _objects(_manifest_files()) + _objects(_example_files())
-# Custom resources kubernetes-validate has no schema for: tests/test_monitoring.py checks their fields
+# Custom resources kubernetes-validate has no schema for: tests/report/test_monitoring.py checks their fields
 CUSTOM_RESOURCES = {("monitoring.coreos.com/v1", "ServiceMonitor")}
 SCHEMA_OBJECTS = [(i, obj) for i, obj in ALL_OBJECTS if (obj["apiVersion"], obj["kind"]) not in CUSTOM_RESOURCES]
 

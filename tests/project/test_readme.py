@@ -11,7 +11,7 @@ import pytest
 from gpupack.bench.bench_report import TRACES_ENV, default_traces_dir
 from tests.conftest import GET_OPENB
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 
 

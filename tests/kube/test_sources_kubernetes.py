@@ -26,7 +26,7 @@ from gpupack.kube.sources import (
     pod_is_terminal,
     pod_key,
 )
-from tests.test_sources_helpers import Mirror, make_node, make_pod
+from tests.kube.test_sources_helpers import Mirror, make_node, make_pod
 
 KINDS = ("Node", "Pod")
 

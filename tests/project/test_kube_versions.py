@@ -15,7 +15,7 @@ import yaml
 from gpupack.harness import kube_programs
 from gpupack.harness.kube_programs import CONTROL_PLANE_VERSIONS, NEWEST, OLDEST_SUPPORTED, MissingBinary
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
 VERSIONS_DIR = MANIFESTS / "kubernetes-versions"
 SUPPORTED_MINORS = (33, 34, 35, 36, 37)

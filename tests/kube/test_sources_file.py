@@ -18,7 +18,7 @@ from gpupack.kube.sources import (
     Synced,
     load_cluster_objects,
 )
-from tests.test_sources_helpers import Mirror, make_node, make_pod
+from tests.kube.test_sources_helpers import Mirror, make_node, make_pod
 
 NODES = [make_node("gpu-1"), make_node("gpu-2", gpus=4)]
 PODS = [

@@ -6,11 +6,11 @@ fault the live `ClusterState` must equal one rebuilt from scratch from the same 
 (annotations written by binds included): same placements, same free capacity on every node — so no
 capacity leaked or counted twice — and no overlap (`assert_matches_rebuild`).
 
-Covered elsewhere and not repeated here: the simple state-level versions in tests/test_state.py
+Covered elsewhere and not repeated here: the simple state-level versions in tests/extender/test_state.py
 (test_pod_deleted_between_filter_and_bind_releases, test_node_deleted_while_reserved,
 test_binding_error_rolls_back, test_reservation_ttl_expiry_releases,
 test_expired_reservation_is_re_decided_at_bind_when_it_still_fits) and the concurrent HTTP run in
-tests/test_app_concurrency.py.
+tests/extender/test_app_concurrency.py.
 """
 
 from __future__ import annotations

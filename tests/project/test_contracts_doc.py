@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gpupack.kube import keys
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONTRACTS = ROOT / "docs" / "contracts.md"
 TEXT = CONTRACTS.read_text()
 SKIPPED_DIRS = {".venv", "build", ".git", "__pycache__", "node_modules"}

@@ -20,7 +20,7 @@ from gpupack.scoring.inventory import Inventory
 from gpupack.scoring.layout import MEMO_CLASS_EPOCH, MEMO_CURRENT
 from gpupack.scoring.policies import gpupack
 from gpupack.scoring.request import Kind, PodRequest
-from tests.test_property import assert_agree, make_policy, node_facts, pod_request, profile_pool, run_stream
+from tests.scoring.test_property import assert_agree, make_policy, node_facts, pod_request, profile_pool, run_stream
 
 GIB = 1 << 30
 

@@ -17,7 +17,7 @@ from gpupack.extender.service import serve
 from gpupack.extender.settings import Settings, SettingsError, camel_case, load_settings, snake_case
 from gpupack.scoring.policies import GpupackArgs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

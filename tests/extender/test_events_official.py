@@ -9,7 +9,7 @@ import pytest
 
 from gpupack.extender.pod_events import PodEvents, PodRef
 from gpupack.scoring.facts import GpuSlot, Placement
-from tests.test_sources_official_api import CannedHttpApiServer, official
+from tests.kube.test_sources_official_api import CannedHttpApiServer, official
 
 EVENTS = "/apis/events.k8s.io/v1/namespaces/ml/events"
 

@@ -15,7 +15,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpupack.kube.sources import KubernetesSource, OfficialKubeApi
-from tests.test_sources_helpers import make_node, make_pod
+from tests.kube.test_sources_helpers import make_node, make_pod
 
 
 class OpenStream:

@@ -2,7 +2,7 @@
 
 hypothesis: random JSON for every verb, the real kube-scheduler captures (tests/data/extender-wire)
 mutated at random paths, and random pods (random resources, quantities and annotations) that go
-through filter and then bind. Cases generated from the published OpenAPI spec: tests/test_fuzz_openapi.py.
+through filter and then bind. Cases generated from the published OpenAPI spec: tests/extender/test_fuzz_openapi.py.
 
 "Consistent": after each test every held placement fits its node with no overlap, and the inventory
 holds exactly the committed placements (a fresh inventory fed the same placements is identical), so

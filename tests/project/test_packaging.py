@@ -12,7 +12,7 @@ import pytest
 
 from tests.components import subpackages_on_disk
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # Refuses matplotlib and the simulator the way a venv without the `bench` extra would, then starts the
 # service's whole import graph and answers one filter through the app.

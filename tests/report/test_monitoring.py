@@ -22,7 +22,7 @@ from gpupack.extender.settings import Settings
 from gpupack.report.build import build_report
 from gpupack.report.snapshot import read_cluster_file
 from tests.extender_helpers import EXAMPLE_CLUSTER, ROOT, file_state, live_server, write_cluster
-from tests.test_report import small_cluster
+from tests.report.test_report import small_cluster
 
 MANIFESTS = ROOT / "manifests"
 DASHBOARD = MANIFESTS / "grafana" / "gpupack-dashboard.json"

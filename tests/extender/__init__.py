@@ -1,0 +1,1 @@
+"""Tests of the extender service (gpupack.extender)."""

@@ -1,0 +1,1 @@
+"""Tests of the Kubernetes object layer (gpupack.kube)."""

@@ -1,0 +1,1 @@
+"""Tests of gpupack report (gpupack.report)."""

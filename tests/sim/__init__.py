@@ -1,0 +1,1 @@
+"""Tests of the simulator library (gpupack.sim)."""
