@@ -267,7 +267,8 @@ def rss_mib() -> float:
 
 def soak_source_class() -> type:
     """The cluster-file source, plus what a real cluster has and a file does not: pods come and go."""
-    from gpupack.kube.sources import ClusterFileSource, PodDeleted, pod_key
+    from gpupack.kube.pods import pod_key
+    from gpupack.kube.sources import ClusterFileSource, PodDeleted
 
     class SoakCluster(ClusterFileSource):
         """`ClusterFileSource` with pod creation and deletion, announced as a watch would."""
@@ -501,7 +502,8 @@ def check_invariants(state: Any, source: Any, nodes: list[dict[str, Any]]) -> li
     """
     from gpupack.extender.state import ClusterState
     from gpupack.kube.node_facts import facts_from_node
-    from gpupack.kube.pod_request import AssignmentError, assignment_from_pod, pod_key
+    from gpupack.kube.pod_request import AssignmentError, assignment_from_pod
+    from gpupack.kube.pods import pod_key
     from gpupack.kube.sources import NodeUpserted, PodUpserted, Synced
     from gpupack.scoring.inventory import Inventory, InventoryError
 

@@ -31,7 +31,8 @@ from gpupack.extender.pod_events import PodEvents, PodRef, no_node_note
 from gpupack.extender.pod_ledger import PodLedger, identity
 from gpupack.extender.reservations import Ended, ReservationBook
 from gpupack.extender.settings import Settings
-from gpupack.kube.pod_request import pod_key, pod_uid, request_from_pod
+from gpupack.kube.pod_request import request_from_pod
+from gpupack.kube.pods import pod_key, pod_uid
 from gpupack.scoring.engine import Decision, Engine, reason_texts
 from gpupack.scoring.facts import Placement
 from gpupack.scoring.names import NameArray, RowReasons

@@ -21,7 +21,7 @@ from gpupack.extender.decisions import Evaluation
 from gpupack.extender.explain_source import Loaded, load_from_cluster, load_from_files
 from gpupack.extender.settings import SettingsError, load_settings
 from gpupack.extender.state import ClusterState
-from gpupack.kube.pod_request import pod_key
+from gpupack.kube.pods import pod_key
 from gpupack.kube.sources import SourceError
 from gpupack.scoring.explain_parts import score_parts
 

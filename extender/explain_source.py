@@ -20,6 +20,7 @@ from urllib3.exceptions import HTTPError
 
 from gpupack.extender.settings import Settings
 from gpupack.extender.state import ClusterState
+from gpupack.kube.pods import pod_is_terminal, pod_key
 from gpupack.kube.sources import (
     ClusterFileSource,
     Event,
@@ -32,8 +33,6 @@ from gpupack.kube.sources import (
     Synced,
     load_cluster_objects,
     load_kube_config,
-    pod_is_terminal,
-    pod_key,
 )
 from gpupack.kube.sources.kubernetes_source import node_spec, pod_spec
 

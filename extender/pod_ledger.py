@@ -51,11 +51,10 @@ from gpupack.kube.pod_request import (
     AssignmentError,
     UnreadableCharge,
     assignment_from_pod,
-    pod_key,
-    pod_uid,
     request_from_pod,
     unreadable_charge,
 )
+from gpupack.kube.pods import pod_key, pod_uid
 from gpupack.kube.sources.events import Event, NodeDeleted, NodeUpserted, PodDeleted, PodUpserted, Synced
 from gpupack.scoring.engine import Engine
 from gpupack.scoring.facts import Placement

@@ -35,6 +35,7 @@ from gpupack.kube.keys import (
     RESOURCE_MIG_PREFIX,
     decode_json,
 )
+from gpupack.kube.pods import pod_key
 from gpupack.kube.quantity import QuantityError, parse_bytes, parse_count, parse_cpu_milli
 from gpupack.scoring.facts import GpuSlot, Placement
 from gpupack.scoring.geometry import (
@@ -69,17 +70,6 @@ class UnreadableCharge:
     cpu_milli: int | None
     memory_bytes: int | None
     all_gpus: bool
-
-
-def pod_key(pod: Mapping[str, Any]) -> str:
-    """`namespace/name` of a pod (namespace "default" when absent, as in a hand-written file)."""
-    metadata = pod.get("metadata") or {}
-    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or ''}"
-
-
-def pod_uid(pod: Mapping[str, Any]) -> str:
-    """The pod's metadata.uid ("" when absent)."""
-    return str((pod.get("metadata") or {}).get("uid") or "")
 
 
 def request_from_pod(pod: Mapping[str, Any]) -> PodRequest:

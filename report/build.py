@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpupack.extender.settings import Settings
-from gpupack.kube.pod_request import pod_key, request_from_pod
+from gpupack.kube.pod_request import request_from_pod
+from gpupack.kube.pods import pod_key
 from gpupack.kube.sources import JsonObject
 from gpupack.report.drain import DEFAULT_LIMIT, MovablePod, plan_drains
 from gpupack.report.snapshot import ClusterSnapshot

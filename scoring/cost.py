@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from gpupack.scoring.facts import Placement
 from gpupack.scoring.geometry import SHAPE_COMPUTE, resolve_profile
-from gpupack.scoring.inventory import FULL_MILLI, Inventory
+from gpupack.scoring.inventory import Inventory
+from gpupack.scoring.request import MILLI_PER_GPU
 
 
 def placement_gpus(inventory: Inventory, placement: Placement) -> float:
@@ -32,7 +33,7 @@ def placement_gpus(inventory: Inventory, placement: Placement) -> float:
             shape, _ = resolve_profile(family, slot.mig)
             total += int(SHAPE_COMPUTE[shape]) / family.compute_total
         elif slot.milli:
-            total += slot.milli / FULL_MILLI
+            total += slot.milli / MILLI_PER_GPU
         else:
             total += 1.0
     return total

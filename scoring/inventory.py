@@ -28,8 +28,9 @@ from gpupack.scoring.geometry import (
     slice_bits,
 )
 from gpupack.scoring.gpu_models import GpuModel, lookup_model
-from gpupack.scoring.layout import FULL_MILLI, MAX_GPUS
+from gpupack.scoring.layout import MAX_GPUS
 from gpupack.scoring.names import NameIndex
+from gpupack.scoring.request import MILLI_PER_GPU
 
 MAX_MODELS = 64
 NO_MODEL = 0  # model id of nodes without GPUs
@@ -242,7 +243,7 @@ class Inventory:
         static, static_me, numa, links = gpu_state
         span = slice(base, base + MAX_GPUS)
         self.gpu_milli_free[span] = 0
-        self.gpu_milli_free[base : base + facts.gpu_count] = FULL_MILLI
+        self.gpu_milli_free[base : base + facts.gpu_count] = MILLI_PER_GPU
         for arr in (
             self.gpu_whole, self.gpu_slices, self.gpu_compute, self.gpu_starts, self.gpu_static_used
         ):
@@ -357,7 +358,7 @@ class Inventory:
             self.node_cpu_free[row] == self.node_cpu_cap[row]
             and self.node_mem_free[row] == self.node_mem_cap[row]
             and self.node_pods_free[row] == self.node_pods_cap[row]
-            and np.all(self.gpu_milli_free[rows] == FULL_MILLI)
+            and np.all(self.gpu_milli_free[rows] == MILLI_PER_GPU)
             and not self.gpu_whole[rows].any()
             and not self.gpu_slices[rows].any()
             and not self.gpu_static_used[rows].any()
@@ -482,7 +483,7 @@ class Inventory:
             free_starts = [s for s in SHAPES[shape].starts if not int(self.gpu_slices[i]) >> s & 1]
             return [GpuSlot(g, mig=profile, start=start) for start in free_starts[: max(compute_left, 0)]]
         milli = int(self.gpu_milli_free[i])
-        if milli == FULL_MILLI:
+        if milli == MILLI_PER_GPU:
             return [GpuSlot(g)]
         return [GpuSlot(g, milli=milli)] if milli else []
 
@@ -563,7 +564,7 @@ class _GpuCopies:
         g = slot.index
         bits = slice_bits(int(SHAPE_SIZE[shape]), slot.start)
         compute = int(SHAPE_COMPUTE[shape])
-        if self.whole[g] or self.milli[g] != FULL_MILLI or self.slices[g] & bits:
+        if self.whole[g] or self.milli[g] != MILLI_PER_GPU or self.slices[g] & bits:
             raise InventoryError(f"{self.where}: GPU {g} slices for {slot.mig}@{slot.start} are in use")
         assert self.family is not None  # change_mig checked
         if self.compute[g] + compute > self.family.compute_total or (is_me and self.me[g]):
@@ -595,14 +596,14 @@ class _GpuCopies:
                 raise InventoryError(f"{where}: GPU {g} has {self.milli[g]} milli free, not {slot.milli}")
             self.milli[g] -= slot.milli
         else:
-            if self.milli[g] + slot.milli > FULL_MILLI:
+            if self.milli[g] + slot.milli > MILLI_PER_GPU:
                 raise InventoryError(f"{where}: GPU {g} share {slot.milli} is not allocated")
             self.milli[g] += slot.milli
 
     def change_whole(self, g: int) -> None:
         """Take or give back GPU g whole."""
         if self.taking:
-            if self.whole[g] or self.milli[g] != FULL_MILLI or self.slices[g] or self.static[g]:
+            if self.whole[g] or self.milli[g] != MILLI_PER_GPU or self.slices[g] or self.static[g]:
                 raise InventoryError(f"{self.where}: GPU {g} is not free")
             self.whole[g] = True
             self.milli[g] = 0
@@ -610,4 +611,4 @@ class _GpuCopies:
             if not self.whole[g]:
                 raise InventoryError(f"{self.where}: GPU {g} is not allocated whole")
             self.whole[g] = False
-            self.milli[g] = FULL_MILLI
+            self.milli[g] = MILLI_PER_GPU

@@ -55,7 +55,6 @@ from gpupack.scoring.layout import (
     CACHE_WEIGHTS_STAMP,
     CACHE_WEIGHTS_VERSION,
     FRAG_STEP,
-    FULL_MILLI,
     GPU_COMPUTE,
     GPU_LINK,
     GPU_ME,
@@ -187,6 +186,7 @@ from gpupack.scoring.layout import (
     W_SPOT_AVOID,
     W_TOPO,
 )
+from gpupack.scoring.request import MILLI_PER_GPU
 
 # shape id -> placement-id mask of that shape, for static layouts
 SHAPE_PLACEMENTS = np.zeros(len(SHAPE_SIZE), dtype=np.int64)
@@ -250,7 +250,7 @@ def mig_fit(shape, mode, compute_total, milli, whole, slices, compute, me, stati
     """How many instances of `shape` still fit on one GPU (0 when none)."""
     if mode == MODE_STATIC:
         return popcount(static_options(shape, me, static, static_used, need_me))
-    if mode != MODE_DYNAMIC or whole or milli != FULL_MILLI or static != 0:
+    if mode != MODE_DYNAMIC or whole or milli != MILLI_PER_GPU or static != 0:
         return 0
     if need_me and me:
         return 0
@@ -272,7 +272,7 @@ def gpu_terms(kind, task_milli, task_shape, mode, compute_total, milli, whole, s
             return 0, 1
         return free, 0
     if kind == KIND_WHOLE:
-        if plain and milli == FULL_MILLI:
+        if plain and milli == MILLI_PER_GPU:
             return 0, 1
         return free, 0
     if kind == KIND_MIG:
@@ -317,7 +317,7 @@ def node_summary(
         free += gpu_free_units(mode, compute_total, milli, whole, slices, compute, static, static_used)
         if static == 0 and not whole and slices == 0 and compute == 0:
             plain_mask |= 1 << j
-            if milli == FULL_MILLI:
+            if milli == MILLI_PER_GPU:
                 free_mask |= 1 << j
         same = -1
         for o in range(j if n_types > 0 else 0):
@@ -667,12 +667,12 @@ def packing_score(n, milli_a, count, kind, k_gpus, milli_req):
     base = n * MAX_GPUS
     nfree = 0
     for j in range(count):
-        if milli_a[base + j] == FULL_MILLI:
+        if milli_a[base + j] == MILLI_PER_GPU:
             nfree += 1
     if nfree == count:
         return float(max(33 - nfree, nfree))
     need = 1 if kind == KIND_SHARE else k_gpus
-    per_gpu = milli_req if kind == KIND_SHARE else FULL_MILLI
+    per_gpu = milli_req if kind == KIND_SHARE else MILLI_PER_GPU
     taken = 0
     opened = 0
     total = 0
@@ -687,9 +687,9 @@ def packing_score(n, milli_a, count, kind, k_gpus, milli_req):
             return 0.0
         used |= 1 << pick
         taken += 1
-        if milli_a[base + pick] == FULL_MILLI:
+        if milli_a[base + pick] == MILLI_PER_GPU:
             opened += 1
-        total += milli_a[base + pick] * 100 // FULL_MILLI
+        total += milli_a[base + pick] * 100 // MILLI_PER_GPU
     if opened > 0:
         return float(max(50 - opened, 33))
     return float(max(100 - total // 10, 50))
@@ -845,7 +845,7 @@ def is_pristine(n, geometry, nodes, gpus):
         if tags[t] != 0:
             return False
     for i in range(base, base + count):
-        if (gpus[GPU_MILLI][i] != FULL_MILLI or gpus[GPU_WHOLE][i] or gpus[GPU_SLICES][i] != 0
+        if (gpus[GPU_MILLI][i] != MILLI_PER_GPU or gpus[GPU_WHOLE][i] or gpus[GPU_SLICES][i] != 0
                 or gpus[GPU_COMPUTE][i] != 0 or gpus[GPU_STATIC_USED][i] != 0
                 or (mode != MODE_STATIC and gpus[GPU_ME][i] != 0)):
             return False
@@ -983,7 +983,7 @@ def whole_frag_after(n, geometry, gpus, mix, cache, scratch, k_gpus, free_before
         me = gpus[GPU_ME][i]
         static_used = gpus[GPU_STATIC_USED][i]
         return frag_after_change(
-            model, mode, compute_total, 0, FULL_MILLI, False, 0, 0, me, static_used, 0, True, 0, 0, me, static_used,
+            model, mode, compute_total, 0, MILLI_PER_GPU, False, 0, 0, me, static_used, 0, True, 0, 0, me, static_used,
             cpu_after, mem_after, free_before, mix[MIX_WEIGHT], mix[MIX_TASK], mix[MIX_SHAPE], mix[MIX_ALLOWED],
             cache[CACHE_UNUSABLE], cache[CACHE_HOSTS], n,
         )

@@ -18,7 +18,6 @@ from gpupack.scoring.request import MAX_GPUS_PER_NODE, Kind
 
 UNIT = 7000  # capacity units of one GPU
 MILLI_UNIT = 7  # units of one thousandth of a GPU
-FULL_MILLI = 1000  # thousandths of one GPU: free milli of an untouched GPU
 MAX_GPUS = MAX_GPUS_PER_NODE  # GPU rows reserved per node: node n owns rows n * MAX_GPUS ..
 MAX_SPEC_CPU = 128000.0  # normalisers of the ATC'23 baselines' scores: 128 cores, 8 GPUs
 MAX_SPEC_GPU = 8000.0

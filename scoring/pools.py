@@ -23,7 +23,8 @@ import numpy as np
 
 from gpupack.scoring.facts import MigMode
 from gpupack.scoring.geometry import FREE_STARTS, SHAPES, slice_bits
-from gpupack.scoring.inventory import FULL_MILLI, MAX_GPUS, Inventory
+from gpupack.scoring.inventory import MAX_GPUS, Inventory
+from gpupack.scoring.request import MILLI_PER_GPU
 from gpupack.scoring.usage import node_usage
 
 SPOT = "spot"
@@ -65,7 +66,7 @@ def stranded_slices(inv: Inventory, rows: np.ndarray, free_mig: np.ndarray) -> n
     present = np.arange(MAX_GPUS)[None, :] < inv.node_gpu_count[rows][:, None]
     model = inv.node_model[rows][:, None]
     dynamic = inv.node_mig_mode[rows][:, None] == MigMode.DYNAMIC
-    partitioned = dynamic & ~inv.gpu_whole[gpu] & (inv.gpu_milli_free[gpu] == FULL_MILLI) & present
+    partitioned = dynamic & ~inv.gpu_whole[gpu] & (inv.gpu_milli_free[gpu] == MILLI_PER_GPU) & present
     geometry = (inv.model_slices[model] == 4).astype(np.int64)
     compute_left = np.clip(inv.model_compute[model] - inv.gpu_compute[gpu], 0, 7)
     stranded = _STRANDED_BY_MASK[geometry, compute_left, inv.gpu_slices[gpu] & 0xFF] * partitioned

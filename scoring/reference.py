@@ -28,7 +28,6 @@ from gpupack.scoring.geometry import PLACEMENT_SHAPE, PLACEMENT_START, SHAPES, M
 from gpupack.scoring.inventory import Inventory
 from gpupack.scoring.layout import (
     FRAG_STEP,
-    FULL_MILLI,
     MAX_GPUS,
     MAX_SPEC_CPU,
     MAX_SPEC_GPU,
@@ -63,7 +62,7 @@ from gpupack.scoring.layout import (
 )
 from gpupack.scoring.mix import TaskType
 from gpupack.scoring.policies import PolicySpec
-from gpupack.scoring.request import Kind, PodRequest
+from gpupack.scoring.request import MILLI_PER_GPU, Kind, PodRequest
 
 
 @dataclass(frozen=True)
@@ -233,7 +232,7 @@ def mig_fit(node: Node, gpu: Gpu, shape: int, need_me: bool) -> int:
     """How many more instances of `shape` fit on one GPU (0 when none)."""
     if node.mode == k.MODE_STATIC:
         return len(static_options(gpu, shape, need_me))
-    if node.mode != k.MODE_DYNAMIC or gpu.whole or gpu.milli != FULL_MILLI or gpu.static != 0:
+    if node.mode != k.MODE_DYNAMIC or gpu.whole or gpu.milli != MILLI_PER_GPU or gpu.static != 0:
         return 0
     if need_me and gpu.me:
         return 0
@@ -264,7 +263,7 @@ def type_terms(node: Node, gpu: Gpu, entry: MixEntry) -> tuple[int, int]:
     if task.kind == Kind.SHARE:
         return (0, 1) if gpu.plain and gpu.milli >= task.milli else (free, 0)
     if task.kind == Kind.WHOLE:
-        return (0, 1) if gpu.plain and gpu.milli == FULL_MILLI else (free, 0)
+        return (0, 1) if gpu.plain and gpu.milli == MILLI_PER_GPU else (free, 0)
     if task.kind == Kind.MIG:
         if entry.shape is None:
             return free, 0
@@ -498,7 +497,7 @@ def whole_pick(trial: _Trial) -> _Picked | int:
     """Whole GPUs: untouched GPUs, the best-connected set under RULE_SETS, else the lowest (kernels:
     `whole_choice`, and `finish_choice` for a single GPU)."""
     node, request = trial.node, trial.ctx.request
-    free = [j for j, gpu in enumerate(node.gpus) if gpu.plain and gpu.milli == FULL_MILLI]
+    free = [j for j, gpu in enumerate(node.gpus) if gpu.plain and gpu.milli == MILLI_PER_GPU]
     if len(free) < request.gpus:
         return k.NO_GPU
     topo = 1.0
@@ -652,20 +651,20 @@ def packing_score(node: Node, request: PodRequest) -> float:
     Reads the GPUs' free milli only (MIG instances are invisible to this baseline).
     """
     milli = [gpu.milli for gpu in node.gpus]
-    n_free = sum(1 for m in milli if m == FULL_MILLI)
+    n_free = sum(1 for m in milli if m == MILLI_PER_GPU)
     if n_free == node.count:
         return float(max(33 - n_free, n_free))
     need = 1 if request.kind == Kind.SHARE else request.gpus
-    per_gpu = request.milli if request.kind == Kind.SHARE else FULL_MILLI
+    per_gpu = request.milli if request.kind == Kind.SHARE else MILLI_PER_GPU
     # the `need` tightest GPUs that can each take per_gpu, lowest index on ties
     fitting = sorted((m, j) for j, m in enumerate(milli) if m >= per_gpu)
     if len(fitting) < need:
         return 0.0
     taken = [m for m, _ in fitting[:need]]
-    opened = sum(1 for m in taken if m == FULL_MILLI)
+    opened = sum(1 for m in taken if m == MILLI_PER_GPU)
     if opened > 0:
         return float(max(50 - opened, 33))
-    total = sum(m * 100 // FULL_MILLI for m in taken)
+    total = sum(m * 100 // MILLI_PER_GPU for m in taken)
     return float(max(100 - total // 10, 50))
 
 

@@ -8,6 +8,7 @@ from enum import IntEnum
 from gpupack.errors import GpupackError
 from gpupack.scoring.geometry import resource_profile
 
+MILLI_PER_GPU = 1000  # the milli unit: thousandths of one GPU (gpupack.io/gpu-milli, openb's gpu_milli)
 MAX_GPUS_PER_NODE = 16
 MAX_MIG_INSTANCES = 64  # 8 GPUs x 7 instances, with headroom
 MAX_CPU_MILLI = 10**9  # a million cores
@@ -49,7 +50,7 @@ class PodRequest:
         if self.kind == Kind.WHOLE:
             return float(self.gpus)
         if self.kind == Kind.SHARE:
-            return self.milli / 1000.0
+            return self.milli / MILLI_PER_GPU
         return 0.0
 
     @property
@@ -75,7 +76,7 @@ def validate(request: PodRequest) -> None:
         raise RequestError(f"request kind {request.kind.name} does not match its quantities")
     if request.kind == Kind.WHOLE and not 1 <= request.gpus <= MAX_GPUS_PER_NODE:
         raise RequestError(f"nvidia.com/gpu: {request.gpus} is out of range 1..{MAX_GPUS_PER_NODE}")
-    if request.kind == Kind.SHARE and not 1 <= request.milli <= 999:
+    if request.kind == Kind.SHARE and not 1 <= request.milli < MILLI_PER_GPU:
         raise RequestError(f"gpupack.io/gpu-milli: {request.milli} is out of range 1..999")
     if request.kind == Kind.MIG:
         for profile, count in request.mig:

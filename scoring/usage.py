@@ -12,7 +12,8 @@ import numpy as np
 
 from gpupack.scoring.facts import MigMode
 from gpupack.scoring.geometry import PLACEMENT_SHAPE, SHAPE_COMPUTE, SHAPE_SIZE
-from gpupack.scoring.inventory import FULL_MILLI, MAX_GPUS, Inventory
+from gpupack.scoring.inventory import MAX_GPUS, Inventory
+from gpupack.scoring.request import MILLI_PER_GPU
 
 _POPCOUNT8 = np.array([bin(mask).count("1") for mask in range(256)], dtype=np.int64)
 _PLACEMENTS = range(len(PLACEMENT_SHAPE))
@@ -67,9 +68,9 @@ def node_usage(inv: Inventory, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray
     for pid in _PLACEMENTS:
         static_compute += ((inv.gpu_static_used[gpu] >> pid) & 1) * int(SHAPE_COMPUTE[PLACEMENT_SHAPE[pid]])
         idle_slices += ((static_idle >> pid) & 1) * int(SHAPE_SIZE[PLACEMENT_SHAPE[pid]])
-    used = np.where(whole, 1.0, (FULL_MILLI - milli) / FULL_MILLI)
+    used = np.where(whole, 1.0, (MILLI_PER_GPU - milli) / MILLI_PER_GPU)
     used += (inv.gpu_compute[gpu] + static_compute) / compute_total
-    untouched = (mode == MigMode.DYNAMIC) & ~whole & (milli == FULL_MILLI)
+    untouched = (mode == MigMode.DYNAMIC) & ~whole & (milli == MILLI_PER_GPU)
     dynamic_free = (inv.model_slices[model] - _POPCOUNT8[inv.gpu_slices[gpu] & 0xFF]) * untouched
     free_mig = np.where(mode == MigMode.STATIC, idle_slices, dynamic_free)
     return (used * present).sum(axis=1), (free_mig * present).sum(axis=1)

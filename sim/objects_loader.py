@@ -102,7 +102,8 @@ def load_object_pods(path: str | Path) -> list[TracePod]:
     Requests come from `kube.pod_request.request_from_pod`; `qos` is the Pod's `status.qosClass`
     (empty when absent). Pods already bound (spec.nodeName set) are included like any other.
     """
-    from gpupack.kube.pod_request import pod_key, request_from_pod
+    from gpupack.kube.pod_request import request_from_pod
+    from gpupack.kube.pods import pod_key
 
     path = Path(path)
     pods: list[TracePod] = []

@@ -20,8 +20,8 @@ from gpupack.scoring.geometry import (
     MigFamily,
     resolve_profile,
 )
-from gpupack.scoring.inventory import FULL_MILLI, MAX_GPUS, Inventory
-from gpupack.scoring.request import Kind
+from gpupack.scoring.inventory import MAX_GPUS, Inventory
+from gpupack.scoring.request import MILLI_PER_GPU, Kind
 from gpupack.sim.simulate import placed_gpus
 from gpupack.sim.workload import TracePod
 
@@ -50,7 +50,7 @@ class GpuState:
         """Untouched: a whole-GPU request (or any profile on a dynamic GPU) fits."""
         return (
             not self.whole
-            and self.milli_free == FULL_MILLI
+            and self.milli_free == MILLI_PER_GPU
             and not self.slices
             and not self.compute
             and not self.static
@@ -70,7 +70,7 @@ class GpuState:
         """One more instance of MIG shape `shape` fits here."""
         if self.mode == MigMode.STATIC:
             return any(int(PLACEMENT_SHAPE[p]) == shape for p in _bits(self.static & ~self.static_used))
-        if self.mode != MigMode.DYNAMIC or self.whole or self.milli_free != FULL_MILLI:
+        if self.mode != MigMode.DYNAMIC or self.whole or self.milli_free != MILLI_PER_GPU:
             return False
         return self.compute + int(SHAPE_COMPUTE[shape]) <= self.compute_total and MAX_FIT[shape, self.slices] > 0
 
@@ -233,7 +233,7 @@ def free_whole_gpus(inventory: Inventory, row: int) -> list[int]:
         j
         for j in range(int(inventory.node_gpu_count[row]))
         if not inventory.gpu_whole[base + j]
-        and inventory.gpu_milli_free[base + j] == FULL_MILLI
+        and inventory.gpu_milli_free[base + j] == MILLI_PER_GPU
         and not inventory.gpu_slices[base + j]
         and not inventory.gpu_compute[base + j]
         and not inventory.gpu_static[base + j]

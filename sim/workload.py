@@ -9,9 +9,7 @@ from dataclasses import dataclass, replace
 
 from gpupack.errors import GpupackError
 from gpupack.scoring.facts import NodeFacts
-from gpupack.scoring.request import Kind, PodRequest
-
-MILLI_PER_GPU = 1000
+from gpupack.scoring.request import MILLI_PER_GPU, Kind, PodRequest
 
 
 class TraceError(GpupackError, ValueError):

@@ -25,7 +25,8 @@ from urllib3.exceptions import ProtocolError
 
 from gpupack.extender.settings import Settings
 from gpupack.extender.state import ClusterState
-from gpupack.kube.sources import Event, JsonObject, KubernetesSource, ObjectList, Synced, pod_key
+from gpupack.kube.pods import pod_key
+from gpupack.kube.sources import Event, JsonObject, KubernetesSource, ObjectList, Synced
 from tests.extender_helpers import FakeClock, assert_matches_rebuild
 
 KINDS = ("Node", "Pod")

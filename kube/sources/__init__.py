@@ -14,8 +14,6 @@ from gpupack.kube.sources.events import (
     PodDeleted,
     PodUpserted,
     Synced,
-    pod_is_terminal,
-    pod_key,
 )
 from gpupack.kube.sources.file_source import ClusterFileSource, ClusterObjects, load_cluster_objects
 from gpupack.kube.sources.kube_api import (
@@ -49,6 +47,4 @@ __all__ = [
     "Synced",
     "load_cluster_objects",
     "load_kube_config",
-    "pod_is_terminal",
-    "pod_key",
 ]

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-JsonObject = dict[str, Any]
+from gpupack.kube.pods import pod_key
 
-TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
+JsonObject = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,14 +94,3 @@ def resource_version(obj: JsonObject) -> str | None:
         return None
     value = metadata.get("resourceVersion")
     return str(value) if value else None
-
-
-def pod_key(pod: JsonObject) -> str:
-    """Return a pod's ``namespace/name`` (namespace ``default`` when unset)."""
-    metadata = pod.get("metadata") or {}
-    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or ''}"
-
-
-def pod_is_terminal(pod: JsonObject) -> bool:
-    """True when the pod's phase is Succeeded or Failed: it holds no resources any more."""
-    return (pod.get("status") or {}).get("phase") in TERMINAL_POD_PHASES

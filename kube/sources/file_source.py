@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+from gpupack.kube.pods import pod_is_terminal, pod_key
 from gpupack.kube.sources.errors import SourceError
 from gpupack.kube.sources.events import (
     Event,
@@ -32,8 +33,6 @@ from gpupack.kube.sources.events import (
     PodUpserted,
     Synced,
     object_name,
-    pod_is_terminal,
-    pod_key,
 )
 
 logger = logging.getLogger(__name__)

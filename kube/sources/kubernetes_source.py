@@ -27,6 +27,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from gpupack.errors import GpupackError
+from gpupack.kube.pods import pod_is_terminal, pod_key
 from gpupack.kube.sources.events import (
     Event,
     EventHandler,
@@ -38,8 +39,6 @@ from gpupack.kube.sources.events import (
     Synced,
     object_name,
     object_uid,
-    pod_is_terminal,
-    pod_key,
     resource_version,
 )
 from gpupack.kube.sources.kube_api import HTTP_GONE, KubeApi, ObjectList, WatchEvent

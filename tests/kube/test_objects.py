@@ -7,8 +7,9 @@ from kubernetes import client
 
 from gpupack.kube.node_facts import facts_from_node
 from gpupack.kube.objects import make_node, make_pod
-from gpupack.kube.pod_request import pod_key, pod_uid, request_from_pod
-from gpupack.kube.sources.events import pod_is_terminal, resource_version
+from gpupack.kube.pod_request import request_from_pod
+from gpupack.kube.pods import pod_is_terminal, pod_key, pod_uid
+from gpupack.kube.sources.events import resource_version
 from gpupack.scoring.facts import MigMode
 from gpupack.scoring.request import Kind
 

@@ -12,10 +12,9 @@ from gpupack.kube.pod_request import (
     AssignmentError,
     allowed_products,
     assignment_from_pod,
-    pod_key,
-    pod_uid,
     request_from_pod,
 )
+from gpupack.kube.pods import pod_key, pod_uid
 from gpupack.scoring.facts import GpuSlot, Placement
 from gpupack.scoring.request import Kind, RequestError
 from tests.wire_captures import args_files, load

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpupack.kube import objects
+from gpupack.kube.pods import pod_is_terminal, pod_key
 from gpupack.kube.sources import (
     Event,
     JsonObject,
@@ -13,8 +14,6 @@ from gpupack.kube.sources import (
     PodDeleted,
     PodUpserted,
     Synced,
-    pod_is_terminal,
-    pod_key,
 )
 
 

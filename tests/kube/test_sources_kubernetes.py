@@ -13,6 +13,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ProtocolError
 
+from gpupack.kube.pods import pod_is_terminal, pod_key
 from gpupack.kube.sources import (
     Backoff,
     JsonObject,
@@ -23,8 +24,6 @@ from gpupack.kube.sources import (
     PodDeleted,
     PodUpserted,
     Synced,
-    pod_is_terminal,
-    pod_key,
 )
 from tests.kube.test_sources_helpers import Mirror, make_node, make_pod
 

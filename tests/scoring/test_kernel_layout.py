@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpupack.scoring import inventory, kernels, layout, policies, reference
+from gpupack.scoring import inventory, kernels, layout, policies, reference, request
 from gpupack.scoring.facts import MigMode
 from gpupack.scoring.policies import POLICY_TABLE, PolicyRow, TieBreak
 from gpupack.scoring.request import Kind
@@ -29,7 +29,7 @@ def test_shared_constants_are_defined_once() -> None:
     assert kernels.UNIT is layout.UNIT and reference.UNIT is layout.UNIT
     assert kernels.MILLI_UNIT is layout.MILLI_UNIT and reference.MILLI_UNIT is layout.MILLI_UNIT
     assert kernels.MAX_GPUS is inventory.MAX_GPUS is layout.MAX_GPUS is reference.MAX_GPUS
-    assert kernels.FULL_MILLI is inventory.FULL_MILLI is layout.FULL_MILLI is reference.FULL_MILLI
+    assert kernels.MILLI_PER_GPU is inventory.MILLI_PER_GPU is request.MILLI_PER_GPU is reference.MILLI_PER_GPU
     assert kernels.MAX_SPEC_CPU is layout.MAX_SPEC_CPU is reference.MAX_SPEC_CPU
     assert kernels.KIND_MIG is layout.KIND_MIG and kernels.MODE_STATIC is layout.MODE_STATIC
 

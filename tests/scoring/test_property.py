@@ -37,11 +37,11 @@ from gpupack.scoring.geometry import (
     slice_bits,
 )
 from gpupack.scoring.gpu_models import lookup_model
-from gpupack.scoring.inventory import FULL_MILLI, MAX_GPUS, Inventory
+from gpupack.scoring.inventory import MAX_GPUS, Inventory
 from gpupack.scoring.mix import LearnedMix, default_prior, typical_mix
 from gpupack.scoring.policies import POLICY_NAMES, GpupackArgs, GpupackWeights, PolicySpec, baseline, fgd, gpupack
 from gpupack.scoring.reference import reference_decide
-from gpupack.scoring.request import Kind, PodRequest
+from gpupack.scoring.request import MILLI_PER_GPU, Kind, PodRequest
 from gpupack.scoring.usage import UsageTotals
 
 # (product, MIG modes it is generated with)
@@ -156,7 +156,7 @@ def random_placement(rng: random.Random, inv: Inventory, row: int) -> Placement 
         milli, whole = int(inv.gpu_milli_free[g]), bool(inv.gpu_whole[g])
         slices, compute, static = int(inv.gpu_slices[g]), int(inv.gpu_compute[g]), int(inv.gpu_static[g])
         plain = not whole and slices == 0 and static == 0
-        if plain and milli == FULL_MILLI:
+        if plain and milli == MILLI_PER_GPU:
             free_whole.append(j)
         if plain and milli > 0:
             options.append((GpuSlot(j, milli=rng.randint(1, min(milli, 999))),))
@@ -166,7 +166,7 @@ def random_placement(rng: random.Random, inv: Inventory, row: int) -> Placement 
                     profile = _profile_name(family, int(PLACEMENT_SHAPE[pid]))
                     profile += "+me" if int(inv.gpu_me[g]) & (1 << pid) else ""
                     options.append((GpuSlot(j, mig=profile, start=int(PLACEMENT_START[pid])),))
-        if family is not None and mode == MigMode.DYNAMIC and not whole and milli == FULL_MILLI:
+        if family is not None and mode == MigMode.DYNAMIC and not whole and milli == MILLI_PER_GPU:
             for profile, sid in sorted(family.profiles.items()):
                 shape = SHAPES[sid]
                 if compute + shape.compute > family.compute_total:
@@ -315,7 +315,7 @@ def check_invariants(inv: Inventory, ledger: Ledger) -> None:
             continue
         rows = inv.gpu_rows(row)
         milli = inv.gpu_milli_free[rows]
-        assert ((milli >= 0) & (milli <= FULL_MILLI)).all()
+        assert ((milli >= 0) & (milli <= MILLI_PER_GPU)).all()
         assert (milli[inv.gpu_whole[rows]] == 0).all()
         assert (inv.gpu_static_used[rows] & ~inv.gpu_static[rows] == 0).all()
         compute_total = int(inv.model_compute[int(inv.node_model[row])])
@@ -334,7 +334,7 @@ def check_invariants(inv: Inventory, ledger: Ledger) -> None:
             assert mask == int(inv.gpu_slices[g])
             assert compute == int(inv.gpu_compute[g]) <= compute_total
             if instances:
-                assert not inv.gpu_whole[g] and inv.gpu_milli_free[g] == FULL_MILLI
+                assert not inv.gpu_whole[g] and inv.gpu_milli_free[g] == MILLI_PER_GPU
     assert ledger.usage.free_mig_slices() == usage_one_by_one(inv)[1]
     assert ledger.usage.gpus_allocated() == pytest.approx(usage_one_by_one(inv)[0])
 
@@ -353,9 +353,9 @@ def usage_one_by_one(inv: Inventory) -> tuple[float, int]:
             idle = int(inv.gpu_static[g]) & ~int(inv.gpu_static_used[g])
             idle_static = [SHAPES[int(PLACEMENT_SHAPE[p])] for p in PLACEMENTS if idle >> p & 1]
             compute = int(inv.gpu_compute[g]) + sum(shape.compute for shape in used_static)
-            share = 1.0 if inv.gpu_whole[g] else (FULL_MILLI - int(inv.gpu_milli_free[g])) / FULL_MILLI
+            share = 1.0 if inv.gpu_whole[g] else (MILLI_PER_GPU - int(inv.gpu_milli_free[g])) / MILLI_PER_GPU
             allocated += share + compute / compute_total
-            if mode == MigMode.DYNAMIC and not inv.gpu_whole[g] and inv.gpu_milli_free[g] == FULL_MILLI:
+            if mode == MigMode.DYNAMIC and not inv.gpu_whole[g] and inv.gpu_milli_free[g] == MILLI_PER_GPU:
                 free_mig += int(inv.model_slices[int(inv.node_model[row])]) - int(inv.gpu_slices[g]).bit_count()
             elif mode == MigMode.STATIC:
                 free_mig += sum(shape.size for shape in idle_static)
