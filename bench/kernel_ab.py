@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,20 +31,23 @@ if TYPE_CHECKING:  # imported at run time inside decide_times, from the tree und
     from gpupack.scoring.engine import Engine
     from gpupack.scoring.request import PodRequest
 
-COMPONENTS = ("scoring", "bench", "extender", "agent", "report")  # gpupack.<name> is the tree's <name>/
 COLUMNS = ("memo hit", "shape changed", "share changed", "cold engine")
 
 
 def package_view(tree: str, into: Path) -> Path:
-    """A folder holding `gpupack/` as the tree's installed layout would, made of links into the tree."""
+    """A folder holding `gpupack/` as the tree's installed layout would, made of links into the tree.
+
+    The components are the tree's own (its pyproject.toml's package-dir), so trees of different layouts compare.
+    """
     source = Path(tree).resolve()
     package = into / "gpupack"
     package.mkdir(parents=True)
     for entry in (source / "gpupack").iterdir():
         (package / entry.name).symlink_to(entry)
-    for name in COMPONENTS:
-        if (source / name).is_dir():
-            (package / name).symlink_to(source / name)
+    folders = tomllib.loads((source / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    for name, folder in folders.items():
+        if name != "gpupack":
+            (package / name.removeprefix("gpupack.")).symlink_to(source / folder)
     return into
 
 

@@ -29,7 +29,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -37,6 +36,7 @@ from urllib.parse import urlsplit, urlunsplit
 import yaml
 
 from gpupack.errors import GpupackError
+from gpupack.harness.certificates import Certificates, make_certificates
 from gpupack.harness.kube_programs import NEWEST, MissingBinary, kube_bin_dir
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -152,91 +152,6 @@ class Process:
 
 
 # ============================================================ certificates and kubeconfig
-@dataclass(frozen=True)
-class Certificates:
-    """PEM files for kube-apiserver and its admin client."""
-
-    ca_cert: Path
-    serving_cert: Path
-    serving_key: Path
-    admin_cert: Path
-    admin_key: Path
-    service_account_key: Path
-    service_account_pub: Path
-
-
-def make_certificates(folder: Path) -> Certificates:
-    """A CA, a serving cert for 127.0.0.1, an admin client cert (system:masters) and a SA key pair."""
-    folder.mkdir(parents=True, exist_ok=True)
-    certs = Certificates(
-        *(
-            folder / name
-            for name in ("ca.crt", "apiserver.crt", "apiserver.key", "admin.crt", "admin.key", "sa.key", "sa.pub")
-        )
-    )
-    ca_key = folder / "ca.key"
-    _openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=gpupack-e2e-ca",
-        "-keyout",
-        str(ca_key),
-        "-out",
-        str(certs.ca_cert),
-    )
-    extensions = folder / "serving.ext"
-    extensions.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
-    _signed_cert(folder, "/CN=kube-apiserver", certs.serving_key, certs.serving_cert, ca_key, certs, extensions)
-    client_ext = folder / "client.ext"
-    client_ext.write_text("extendedKeyUsage=clientAuth\n")
-    _signed_cert(folder, "/O=system:masters/CN=admin", certs.admin_key, certs.admin_cert, ca_key, certs, client_ext)
-    _openssl("genrsa", "-out", str(certs.service_account_key), "2048")
-    _openssl("rsa", "-in", str(certs.service_account_key), "-pubout", "-out", str(certs.service_account_pub))
-    return certs
-
-
-def _signed_cert(
-    folder: Path, subject: str, key: Path, cert: Path, ca_key: Path, certs: Certificates, extensions: Path
-) -> None:
-    """A key and a certificate for `subject`, signed by the CA."""
-    request = folder / f"{key.stem}.csr"
-    _openssl(
-        "req", "-new", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", str(key), "-out", str(request)
-    )
-    _openssl(
-        "x509",
-        "-req",
-        "-in",
-        str(request),
-        "-CA",
-        str(certs.ca_cert),
-        "-CAkey",
-        str(ca_key),
-        "-CAcreateserial",
-        "-days",
-        "2",
-        "-extfile",
-        str(extensions),
-        "-out",
-        str(cert),
-    )
-
-
-def _openssl(*args: str) -> None:
-    """Run openssl; ControlPlaneError with its output when it fails."""
-    if shutil.which("openssl") is None:
-        raise MissingBinary("openssl is not on PATH (apt-get install -y openssl)")
-    done = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise ControlPlaneError(f"openssl {args[0]} failed: {done.stderr.strip()}")
-
-
 def write_kubeconfig(path: Path, server: str, certs: Certificates) -> Path:
     """A kubeconfig for the admin client of `server`."""
     config = {

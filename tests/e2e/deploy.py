@@ -18,6 +18,7 @@ rendered objects to it, `changed_paths`):
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 import yaml
 
 from gpupack.harness.controlplane import REPO_ROOT
+from gpupack.harness.kube_programs import NEWEST, MissingBinary, kube_bin_dir
 
 MANIFESTS = REPO_ROOT / "manifests"
 FAKE_NVML_DIR = "/var/lib/gpupack-e2e/nvml"  # on the host and in the agent container
@@ -108,3 +110,13 @@ def apply(kubectl: Path, kubeconfig: Path, folder: Path) -> str:
     if done.returncode != 0:
         raise RuntimeError(f"kubectl apply -k {folder} failed:\n{done.stdout}\n{done.stderr}")
     return done.stdout
+
+
+def kubectl() -> Path:
+    """The kubectl the e2e suite built (the newest release), else one on PATH."""
+    try:
+        return kube_bin_dir(NEWEST, ("kubectl",)) / "kubectl"
+    except MissingBinary:
+        found = shutil.which("kubectl")
+        assert found, "no kubectl (build it: tests/e2e/tools/build-kube.sh)"
+        return Path(found)

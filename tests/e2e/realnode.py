@@ -41,6 +41,7 @@ from typing import Any
 import yaml
 
 from gpupack.errors import GpupackError
+from gpupack.harness.certificates import issue_certificate
 from gpupack.harness.controlplane import (
     NOT_READY_TAINT,
     ControlPlane,
@@ -228,22 +229,6 @@ def kill_pids(pids: Iterable[int], sig: signal.Signals = signal.SIGKILL) -> None
 
 
 # ============================================================ certificates
-def issue_certificate(
-    folder: Path, name: str, subject: str, extensions: str, ca_cert: Path, ca_key: Path
-) -> tuple[Path, Path]:
-    """A new key `name.key` and certificate `name.crt` for `subject`, signed by the CA; their paths."""
-    folder.mkdir(parents=True, exist_ok=True)
-    key, cert, request, ext = (folder / f"{name}.{suffix}" for suffix in ("key", "crt", "csr", "ext"))
-    ext.write_text(extensions)
-    run(["openssl", "req", "-new", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", str(key),
-         "-out", str(request)])  # fmt: skip
-    run(["openssl", "x509", "-req", "-in", str(request), "-CA", str(ca_cert), "-CAkey", str(ca_key),
-         "-CAserial", str(folder / "ca.srl"), "-CAcreateserial", "-days", "2", "-extfile", str(ext),
-         "-out", str(cert)])  # fmt: skip
-    request.unlink()
-    return key, cert
-
-
 # ============================================================ configuration files
 @dataclass(frozen=True)
 class NodePaths:
@@ -758,8 +743,9 @@ class RealNode:
 
     def _write_configs(self) -> None:
         """Certificates signed by the control plane's CA and the containerd, CNI and kubelet configurations."""
-        paths, pki = self.paths, self.plane.workdir / "pki"
-        ca_cert, ca_key = pki / "ca.crt", pki / "ca.key"
+        paths, certs = self.paths, self.plane.certs
+        assert certs is not None, "the control plane has not started"
+        ca_cert, ca_key = certs.ca_cert, certs.ca_key
         client_key, client_cert = issue_certificate(
             paths.pki, "kubelet-client", f"/O=system:nodes/CN=system:node:{NODE_NAME}",
             "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n", ca_cert, ca_key,

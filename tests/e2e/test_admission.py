@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpupack.harness.controlplane import ControlPlane
 from tests.e2e import deploy
-from tests.e2e.test_deploy_overlay import kubectl
+from tests.e2e.deploy import kubectl
 
 WORKLOADS = {("Deployment", "gpupack-scheduler"), ("DaemonSet", "gpupack-agent")}
 

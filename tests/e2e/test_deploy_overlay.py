@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpupack.harness.kube_programs import NEWEST, MissingBinary, kube_bin_dir
+from gpupack.harness.kube_programs import NEWEST
 from tests.e2e import deploy
+from tests.e2e.deploy import kubectl
 
 MINOR = NEWEST.rsplit(".", 1)[0]
 SCHEDULER = r"Deployment/gpupack-scheduler:spec\.template\.spec"
@@ -30,15 +29,6 @@ ALLOWED = [
         rf"{AGENT}\.volumes\[fake-nvml\]",
     )
 ]
-
-
-def kubectl() -> Path:
-    try:
-        return kube_bin_dir(NEWEST, ("kubectl",)) / "kubectl"
-    except MissingBinary:
-        found = shutil.which("kubectl")
-        assert found, "no kubectl (build it: tests/e2e/tools/build-kube.sh)"
-        return Path(found)
 
 
 def keyed(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
