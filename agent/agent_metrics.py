@@ -1,13 +1,11 @@
-"""The agent's Prometheus metrics (its own registry, served on `GPUPACK_AGENT_METRICS_PORT`)."""
+"""The agent's Prometheus metrics (its own registry, served on `GPUPACK_AGENT_METRICS_PORT`).
+
+Only the metrics: any agent module may count on them (`agent.devices_in_use.observe` sets the gauges).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from prometheus_client import CollectorRegistry, Counter, Gauge
-
-from gpupack.agent.devices_in_use import Blocked
-from gpupack.agent.verification import Discrepancy
 
 REGISTRY = CollectorRegistry()
 PODS_WITH_UNASSIGNED_DEVICES = Gauge(
@@ -34,10 +32,3 @@ PODRESOURCES_ERRORS = Counter(
     "gpupack_agent_podresources_errors", "Failed podresources List calls to the kubelet", registry=REGISTRY
 )
 
-
-def observe(discrepancies: Sequence[Discrepancy], blocked: Sequence[Blocked]) -> None:
-    """Set the gauges from one verification round."""
-    PODS_WITH_UNASSIGNED_DEVICES.set(sum(1 for d in discrepancies if d.extra))
-    PODS_MISSING_ASSIGNED_DEVICES.set(sum(1 for d in discrepancies if d.missing))
-    UNKNOWN_DEVICES.set(sum(d.unknown for d in discrepancies))
-    BLOCKED_SLOTS.set(len(blocked))

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpupack.agent.devices import profile_bounds
+from gpupack.agent.kind_dynamic_mig import profile_bounds
 from gpupack.agent.nvml import NVLINK_REMOTE_GPU, NVLINK_REMOTE_SWITCH, GpuInfo, MigInstance, NvLink, NvmlError
 from gpupack.scoring.geometry import SHAPES, resolve_profile, slice_bits
 from gpupack.scoring.gpu_models import lookup_model

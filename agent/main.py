@@ -1,10 +1,11 @@
 """`gpupack agent`: one loop that republishes node facts, reconciles dynamic MIG and serves the plugins.
 
 Each step (every `interval` seconds, and at start, so a restarted agent rebuilds everything from the
-pods and NVML): read the Node (is it dynamic MIG?), read NVML, destroy dynamic-MIG instances no live
-pod holds, verify what the kubelet handed each pod (podresources) against its assignment, publish the
-node annotations (`gpu-topology`, `mig-layout`, `devices-in-use`), and sync the device plugins
-(restarting and re-registering them after a kubelet restart).
+pods and NVML): read the Node (is it dynamic MIG?), read NVML, let every device kind set the node right
+(`DeviceKind.tidy`: dynamic MIG destroys instances no live pod holds), verify what the kubelet handed
+each pod (podresources) against its assignment, publish the node annotations (`gpu-topology`,
+`mig-layout`, `devices-in-use`), and sync the device plugins (restarting and re-registering them after
+a kubelet restart).
 
 On GPU-less clusters (e2e tests) `--fake-nvml PATH` or $GPUPACK_AGENT_FAKE_NVML replaces NVML by a fake
 node file (`agent.fake_nvml_file`); the agent says so with a WARNING at start.
@@ -23,26 +24,27 @@ from pathlib import Path
 
 import grpc
 
-from gpupack.agent.agent_metrics import PODRESOURCES_ERRORS, observe
+from gpupack.agent.agent_metrics import PODRESOURCES_ERRORS
 from gpupack.agent.allocator import Allocator
-from gpupack.agent.devices import NodeGpus, advertised
-from gpupack.agent.devices_in_use import Blocked, devices_in_use, empty_mig_gpus
+from gpupack.agent.blocked_slots import Blocked
+from gpupack.agent.device_kind import Host
+from gpupack.agent.devices import advertised
+from gpupack.agent.devices_in_use import devices_in_use, observe
 from gpupack.agent.fake_nvml_file import FakeNvmlFileError, FileNvml
-from gpupack.agent.mig_lifecycle import held_instances, reconcile, unheld
+from gpupack.agent.kinds import registered
+from gpupack.agent.node_gpus import NodeGpus
 from gpupack.agent.node_publisher import NodeApi, desired_annotations, is_dynamic_mig, publish
-from gpupack.agent.nvml import MigInstance, Nvml
+from gpupack.agent.nvml import Nvml
 from gpupack.agent.nvml_topology import read_topology
 from gpupack.agent.plugin_manager import PluginManager
 from gpupack.agent.podresources import PodResourcesSource
 from gpupack.agent.pods import Pod, PodLister, live_assigned
 from gpupack.agent.verification import Discrepancy, compare
 from gpupack.kube.keys import ANNOTATION_DEVICES_IN_USE
-from gpupack.scoring.facts import GpuSlot
 
 log = logging.getLogger("gpupack.agent")
 METRICS_PORT_ENV, DEFAULT_METRICS_PORT = "GPUPACK_AGENT_METRICS_PORT", 9402  # 0: no metrics server
 FAKE_NVML_ENV = "GPUPACK_AGENT_FAKE_NVML"  # a fake node file instead of NVML (--fake-nvml wins)
-LEFTOVER = "MIG instance exists in NVML, no pod holds it, and it could not be destroyed"
 
 
 @dataclass
@@ -69,26 +71,26 @@ class AgentLoop:
         return NodeGpus.read(self.nvml, self.numa, self.dynamic_mig)
 
     def step(self) -> None:
-        """One round: MIG reconcile, verification, node annotations, plugins."""
+        """One round: each kind's tidying (dynamic MIG reconcile), verification, node annotations, plugins."""
         self.dynamic_mig = is_dynamic_mig(self.node_api.get_node())
         topology = read_topology(self.nvml)
         self.numa = topology.numa
-        leftovers: list[MigInstance] = []
-        if self.dynamic_mig:
-            with self.manager.allocator.lock:  # never between an Allocate's pod list and its create
-                held = held_instances(self.pods.pods_on_node(), self.node)
-                for gone in reconcile(self.nvml, held):
-                    log.info("destroyed %s@%d on GPU %d: no live pod holds it", gone.profile, gone.start, gone.gpu)
-                leftovers = unheld(self.nvml, held)
+        allocator = self.manager.allocator
+        with allocator.lock:  # never between an Allocate's pod list and its create
+            host = Host(self.node, self.nvml, self.read_gpus(), self.pods, allocator.refusals)
+            tidied = [blocked for kind in registered() for blocked in kind.tidy(host)]
         gpus = self.read_gpus()
-        in_use = self.verify(self.pods.pods_on_node(), gpus, leftovers)
+        in_use = self.verify(self.pods.pods_on_node(), gpus, tidied)
         patch = publish(self.node_api, desired_annotations(topology, gpus) | {ANNOTATION_DEVICES_IN_USE: in_use})
         if patch:
             log.info("published %s", sorted(patch))
         self.manager.sync(advertised(gpus))
 
-    def verify(self, pods: list[Pod], gpus: NodeGpus, leftovers: list[MigInstance]) -> str | None:
-        """Compare podresources with the assignments; the `devices-in-use` value (None: nothing to tell)."""
+    def verify(self, pods: list[Pod], gpus: NodeGpus, tidied: list[Blocked]) -> str | None:
+        """Compare podresources with the assignments; the `devices-in-use` value (None: nothing to tell).
+
+        `tidied`: what the kinds reported blocked this round, besides the refusals Allocate met.
+        """
         if self.podresources is not None:
             try:
                 self.discrepancies = compare(self.podresources.list_held(), pods, gpus)
@@ -97,9 +99,7 @@ class AgentLoop:
                 log.warning("podresources List failed: %s", exc.details() if hasattr(exc, "details") else exc)
         for found in self.discrepancies:
             log.debug("pod %s holds %s beyond its assignment", found.pod, [s.to_json() for s in found.extra])
-        blocked = self.manager.allocator.refusals.current() + [
-            Blocked(GpuSlot(i.gpu, mig=i.profile, start=i.start), LEFTOVER) for i in leftovers
-        ] + empty_mig_gpus(gpus)
+        blocked = self.manager.allocator.refusals.current() + tidied
         observe(self.discrepancies, blocked)
         return devices_in_use(self.discrepancies, blocked, live_assigned(pods, self.node))
 

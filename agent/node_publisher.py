@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from gpupack.agent.devices import NodeGpus
+from gpupack.agent.node_gpus import NodeGpus
 from gpupack.agent.topology import UNKNOWN_NUMA, Topology
 from gpupack.kube.keys import ANNOTATION_GPU_TOPOLOGY, ANNOTATION_MIG, ANNOTATION_MIG_LAYOUT
 

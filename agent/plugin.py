@@ -15,11 +15,12 @@ from pathlib import Path
 
 import grpc
 
-from gpupack.agent.allocator import AllocationError, Allocator
-from gpupack.agent.devices import Device
+from gpupack.agent.allocator import Allocator
+from gpupack.agent.device_kind import AllocationError, ContainerGrant
 from gpupack.agent.kubelet import API_VERSION, KUBELET_SOCKET
 from gpupack.agent.kubelet import deviceplugin_pb2 as pb
 from gpupack.agent.kubelet import deviceplugin_pb2_grpc as pb_grpc
+from gpupack.agent.node_gpus import Device
 
 log = logging.getLogger(__name__)
 HEALTHY = "Healthy"
@@ -94,14 +95,22 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
                 log.warning("Allocate %s refused: %s", self.resource, exc)
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
             log.info("Allocate %s: pod %s container %s -> %s", self.resource, allocation.claim.pod,
-                     allocation.claim.container, allocation.envs)
-            responses.append(pb.ContainerAllocateResponse(envs=allocation.envs))
+                     allocation.claim.container, allocation.grant.envs)
+            responses.append(_response(allocation.grant))
         return pb.AllocateResponse(container_responses=responses)
 
     def PreStartContainer(
         self, request: pb.PreStartContainerRequest, context: grpc.ServicerContext
     ) -> pb.PreStartContainerResponse:
         return pb.PreStartContainerResponse()
+
+
+def _response(grant: ContainerGrant) -> pb.ContainerAllocateResponse:
+    devices = [pb.DeviceSpec(container_path=d.container_path, host_path=d.host_path, permissions=d.permissions)
+               for d in grant.devices]
+    mounts = [pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+              for m in grant.mounts]
+    return pb.ContainerAllocateResponse(envs=grant.envs, devices=devices, mounts=mounts)
 
 
 def _device(device: Device) -> pb.Device:

@@ -10,8 +10,8 @@ from pathlib import Path
 import grpc
 
 from gpupack.agent.allocator import Allocator
-from gpupack.agent.devices import Device
 from gpupack.agent.kubelet import KUBELET_SOCKET
+from gpupack.agent.node_gpus import Device
 from gpupack.agent.plugin import DevicePluginService, PluginServer
 
 log = logging.getLogger(__name__)

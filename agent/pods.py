@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import orjson
 
 from gpupack.kube.pod_request import AssignmentError, assignment_from_pod
+from gpupack.kube.pods import pod_is_terminal
 from gpupack.scoring.facts import GpuSlot
 from gpupack.scoring.request import RequestError
 
@@ -60,7 +61,7 @@ def live_assigned(pods: Iterable[Mapping[str, Any]], node: str) -> set[GpuSlot]:
     for pod in pods:
         if (pod.get("spec") or {}).get("nodeName") != node:
             continue
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        if pod_is_terminal(pod):
             continue
         try:
             placement = assignment_from_pod(pod)

@@ -1,29 +1,24 @@
 """Compare what the kubelet handed each pod (podresources) with the pod's `gpupack.io/assignment`.
 
-Device IDs are turned back into the slots of an assignment with an NVML snapshot:
-- a GPU UUID (from any plugin, e.g. NVIDIA's) is that whole GPU;
-- `<GPU UUID>/milli-<k>` IDs (the agent's shares) are a share of that GPU, milli = how many;
-- a MIG UUID is that instance, profile@start, wherever it came from;
-- `<GPU UUID>/<profile>/<k>` (the agent's dynamic MIG) is the pod's own assigned instance of that profile
-  on that GPU; with no such slot in its assignment, its placement cannot be known (counted as unknown).
-Other IDs are not GPUs the agent knows (another vendor's plugin, a stale ID) and are only counted.
+Device IDs are turned back into the slots of an assignment with an NVML snapshot, by every registered
+kind in turn (`DeviceKind.read_held`, e.g. a GPU UUID from any plugin is that whole GPU, a MIG UUID that
+instance). IDs no kind reads are not GPUs the agent knows (another vendor's plugin, a stale ID) and are
+only counted.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpupack.agent.devices import MILLI_PER_GPU, NodeGpus
+from gpupack.agent.kinds import registered
+from gpupack.agent.node_gpus import NodeGpus
 from gpupack.agent.podresources import HeldDevices
-from gpupack.kube.pod_request import AssignmentError, assignment_from_pod, pod_key
+from gpupack.kube.pod_request import AssignmentError, assignment_from_pod
+from gpupack.kube.pods import pod_key
 from gpupack.scoring.facts import GpuSlot
-from gpupack.scoring.geometry import canonical_profile
 from gpupack.scoring.request import RequestError
-
-MILLI_MARK = "/milli-"
 
 
 @dataclass(frozen=True)
@@ -54,30 +49,12 @@ def compare(held: Iterable[HeldDevices], pods: Iterable[Mapping[str, Any]], gpus
 
 def held_slots(pod: HeldDevices, assigned: tuple[GpuSlot, ...], gpus: NodeGpus) -> tuple[list[GpuSlot], int]:
     """The slots a pod's device IDs stand for, and how many IDs stand for nothing known."""
-    by_uuid = {gpu.uuid: GpuSlot(gpu.index) for gpu in gpus.gpus}
-    by_uuid |= {i.uuid: GpuSlot(i.gpu, mig=i.profile, start=i.start) for row in gpus.instances for i in row}
+    rest = [device for ids in pod.devices.values() for device in ids]
     slots: list[GpuSlot] = []
-    milli: Counter[int] = Counter()
-    unknown = 0
-    for device in (d for ids in pod.devices.values() for d in ids):
-        gpu_uuid, _, rest = device.partition("/")
-        if device in by_uuid:
-            slots.append(by_uuid[device])
-        elif gpu_uuid in by_uuid and rest.startswith(MILLI_MARK[1:]):
-            milli[by_uuid[gpu_uuid].index] += 1
-        elif gpu_uuid in by_uuid and rest.count("/") == 1:
-            slot = _dynamic_instance(by_uuid[gpu_uuid].index, rest.split("/")[0], assigned, slots)
-            unknown += slot is None
-            slots += [slot] if slot else []
-        else:
-            unknown += 1
-    slots += [GpuSlot(g) if n >= MILLI_PER_GPU else GpuSlot(g, milli=n) for g, n in sorted(milli.items())]
-    return list(dict.fromkeys(slots)), unknown
-
-
-def _dynamic_instance(gpu: int, profile: str, assigned: tuple[GpuSlot, ...], taken: list[GpuSlot]) -> GpuSlot | None:
-    profile = canonical_profile(profile)
-    return next((s for s in assigned if (s.index, s.mig) == (gpu, profile) and s not in taken), None)
+    for kind in registered():
+        found, rest = kind.read_held(rest, gpus, assigned)
+        slots += found
+    return list(dict.fromkeys(slots)), len(rest)
 
 
 def _named(slot: GpuSlot, slots: Iterable[GpuSlot]) -> bool:

@@ -16,13 +16,14 @@ import orjson
 import pytest
 
 from gpupack.agent.allocator import Allocator
-from gpupack.agent.devices import NodeGpus, advertised
+from gpupack.agent.devices import advertised
 from gpupack.agent.fake_nvml import FakeNvml
 from gpupack.agent.kubelet import KUBELET_SOCKET
 from gpupack.agent.kubelet import deviceplugin_pb2 as pb
 from gpupack.agent.kubelet import deviceplugin_pb2_grpc as pb_grpc
 from gpupack.agent.kubelet import podresources_pb2 as pr
 from gpupack.agent.kubelet import podresources_pb2_grpc as pr_grpc
+from gpupack.agent.node_gpus import NodeGpus
 from gpupack.agent.nvml_topology import read_topology
 from gpupack.agent.plugin_manager import PluginManager
 from gpupack.agent.pods import MemoryPods
@@ -132,6 +133,13 @@ class FakeKubelet:
     def admit(self, resource: str, available: list[str], size: int) -> tuple[list[str], dict[str, str]]:
         """What the kubelet does for one container: GetPreferredAllocation, then Allocate with its answer
         (filled up from `available` when the plugin has no preference)."""
+        chosen, response = self.admit_response(resource, available, size)
+        return chosen, dict(response.envs)
+
+    def admit_response(
+        self, resource: str, available: list[str], size: int
+    ) -> tuple[list[str], pb.ContainerAllocateResponse]:
+        """`admit`, answering the container's whole Allocate response (envs, device nodes, mounts)."""
         stub = self.plugin(resource)
         asked = pb.ContainerPreferredAllocationRequest(available_deviceIDs=available, allocation_size=size)
         answer = stub.GetPreferredAllocation(pb.PreferredAllocationRequest(container_requests=[asked]), timeout=5)
@@ -139,7 +147,7 @@ class FakeKubelet:
         response = stub.Allocate(
             pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=chosen)]), timeout=10
         )
-        return chosen, dict(response.container_responses[0].envs)
+        return chosen, response.container_responses[0]
 
 
 class Agent:

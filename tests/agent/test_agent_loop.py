@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from gpupack.agent.devices_in_use import EMPTY_MIG_GPU
 from gpupack.agent.fake_nvml import FakeNvml
+from gpupack.agent.kind_static_mig import EMPTY_MIG_GPU
 from gpupack.agent.main import AgentLoop
 from gpupack.agent.pods import MemoryPods
 from tests.agent.conftest import NODE, make_pod

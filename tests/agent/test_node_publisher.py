@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gpupack.agent.devices import NodeGpus
 from gpupack.agent.fake_nvml import FakeNvml
+from gpupack.agent.node_gpus import NodeGpus
 from gpupack.agent.node_publisher import desired_annotations, publish
 from gpupack.agent.nvml_topology import read_topology
 from gpupack.kube.node_facts import facts_from_node

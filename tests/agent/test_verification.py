@@ -8,10 +8,12 @@ import grpc
 import pytest
 
 from gpupack.agent.agent_metrics import REGISTRY
-from gpupack.agent.devices import NodeGpus, dynamic_mig_id
-from gpupack.agent.devices_in_use import Blocked, Refusals, devices_in_use
+from gpupack.agent.blocked_slots import Blocked, Refusals
+from gpupack.agent.devices_in_use import devices_in_use
 from gpupack.agent.fake_nvml import FakeNvml
-from gpupack.agent.main import LEFTOVER, AgentLoop
+from gpupack.agent.kind_dynamic_mig import LEFTOVER, dynamic_mig_id
+from gpupack.agent.main import AgentLoop
+from gpupack.agent.node_gpus import NodeGpus
 from gpupack.agent.podresources import HeldDevices, KubeletPodResources
 from gpupack.agent.pods import MemoryPods, live_assigned
 from gpupack.agent.verification import Discrepancy, compare
