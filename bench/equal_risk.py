@@ -13,8 +13,8 @@ GPU capacity): busy-node $/h (nodes holding a pod), allocation %, and the risk: 
 non-interruptible pods on spot (GPU-hours per hour). Then a share of the pods departs at random and
 the nodes left empty — releasable at once, scale-to-zero readiness — are counted with their $/h.
 
-Every policy goes through the simulator's `Decider` (`Engine.decide`, the extender's decision); the candidate
-masks are the taints.
+Every policy goes through the one `Decider` (scoring.decider, the extender's decision, seeded as the simulator
+seeds it); the candidate masks are the taints.
 """
 
 from __future__ import annotations
@@ -26,11 +26,12 @@ from enum import StrEnum
 
 import numpy as np
 
+from gpupack.scoring.decider import Decider
 from gpupack.scoring.facts import Placement
 from gpupack.scoring.inventory import Inventory
 from gpupack.scoring.policies import GpupackArgs, GpupackWeights, PolicySpec, gpupack
 from gpupack.sim.protocol import fgd_order
-from gpupack.sim.simulate import Decider, build_inventory, make_policy, placed_gpus
+from gpupack.sim.simulate import build_inventory, make_policy, placed_gpus
 from gpupack.sim.workload import Trace, TracePod, gpu_milli_capacity
 
 DEPARTING = 0.3  # share of the placed pods that leave before empty nodes are counted
@@ -118,7 +119,7 @@ def fill(
 ) -> tuple[Inventory, dict[str, tuple[TracePod, Placement]]]:
     """Place `order` one pod at a time with the policy's practice; failures are dropped."""
     inventory = build_inventory(trace.nodes)
-    decider = Decider(inventory, policy.spec(trace.pods), seed)
+    decider = Decider.seeded(inventory, policy.spec(trace.pods), seed)
     placed: dict[str, tuple[TracePod, Placement]] = {}
     for pod in order:
         placement = decider.decide(pod.request, candidate_masks(inventory, pod, policy.practice)).placement

@@ -23,7 +23,7 @@ from enum import StrEnum
 import orjson
 
 from gpupack.errors import GpupackError
-from gpupack.extender.decisions import UNKNOWN_NODE, Decider
+from gpupack.extender.decisions import UNKNOWN_NODE, ServiceDecisions
 from gpupack.extender.pod_events import PodEvents, PodRef
 from gpupack.extender.pod_ledger import PodLedger, identity
 from gpupack.extender.reservations import Ended, Reservation, ReservationBook, ReservationState
@@ -70,14 +70,14 @@ class Binder:
         self,
         lock: threading.RLock,
         ledger: PodLedger,
-        decider: Decider,
+        decisions: ServiceDecisions,
         book: ReservationBook,
         events: PodEvents,
     ) -> None:
         self.lock = lock
         self.ledger = ledger
         self.inventory = ledger.inventory
-        self.decider = decider
+        self.decisions = decisions
         self.book = book
         self.events = events
         self.writer: ClusterWriter | None = None
@@ -127,13 +127,13 @@ class Binder:
             raise BindError(BindFailure.ALREADY_BOUND, f"pod {key} is already bound to {bound.node}")
         if not self.ledger.synced:
             raise BindError(BindFailure.NOT_SYNCED, NOT_SYNCED)
-        seen = self.decider.seen.get(ident) or self.ledger.pending(ident)
+        seen = self.decisions.seen.get(ident) or self.ledger.pending(ident)
         if seen is None:
             raise BindError(BindFailure.NO_RESERVATION, f"pod {key} has no reservation (never filtered here, or gone)")
         if node in self.ledger.bad or node not in self.inventory.index:
             raise BindError(BindFailure.NODE_UNKNOWN, f"node {node}: {self.ledger.bad.get(node, UNKNOWN_NODE)}")
         request = seen[1]
-        decision = self.decider.engine.decide(request, [node])
+        decision = self.decisions.decider.decide(request, ([node],), observe=False)
         if decision.placement is None:
             why = decision.reasons().get(node, "does not fit")
             raise BindError(BindFailure.NO_FIT, f"pod {key} no longer fits on {node}: {why}")

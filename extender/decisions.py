@@ -33,7 +33,8 @@ from gpupack.extender.reservations import Ended, ReservationBook
 from gpupack.extender.settings import Settings
 from gpupack.kube.pod_request import request_from_pod
 from gpupack.kube.pods import pod_key, pod_uid
-from gpupack.scoring.engine import Decision, Engine, reason_texts
+from gpupack.scoring.decider import Decider
+from gpupack.scoring.engine import Decision, reason_texts
 from gpupack.scoring.facts import Placement
 from gpupack.scoring.names import NameArray, RowReasons
 from gpupack.scoring.request import PodRequest, RequestError
@@ -117,15 +118,16 @@ class SeenRequests:
         return dict(self._requests)
 
 
-class Decider:
-    """Filter, prioritize and explain answers from the ledger; filter reserves what it chooses."""
+class ServiceDecisions:
+    """The service's filter, prioritize and explain answers: the one `Decider` (scoring.decider) over the
+    ledger's picture, with reservations, events and counts; filter reserves what it chooses."""
 
     def __init__(
         self,
         lock: threading.RLock,
         settings: Settings,
         ledger: PodLedger,
-        engine: Engine,
+        decider: Decider,
         book: ReservationBook,
         events: PodEvents,
     ) -> None:
@@ -133,7 +135,7 @@ class Decider:
         self.settings = settings
         self.ledger = ledger
         self.inventory = ledger.inventory
-        self.engine = engine
+        self.decider = decider
         self.book = book
         self.events = events
         self.seen = SeenRequests()
@@ -147,7 +149,7 @@ class Decider:
         request = request_from_pod(pod)
         leave_the_loop_if_heavy(request)
         if uid not in self.seen:
-            self.engine.observe(request)
+            self.decider.observe(request)
         self.seen.remember(uid, key, request)
         return uid, key, request
 
@@ -208,7 +210,7 @@ class Decider:
                     self.counts[Outcome.REUSED, ""] += 1
                     return answer(reservation.node, self._failed_nodes(known, row, None), unresolvable)
                 self.ledger.release(self.book.forget(uid, Ended.NOT_A_CANDIDATE))
-            decision = self.engine.decide(request, known)
+            decision = self.decider.decide(request, (known,), observe=False)
             unresolvable.update(decision.unresolvable())  # what the nodes lack: no preemption helps (#18)
             placement = decision.placement
             if placement is None:
@@ -288,7 +290,7 @@ class Decider:
         except RequestError as exc:
             return Evaluation(None, None, dict.fromkeys(_names(candidates), str(exc)), str(exc))
         known, unresolvable = self._split(candidates)
-        decision = self.engine.decide(request, known)
+        decision = self.decider.decide(request, (known,), observe=False)
         return Evaluation(request, decision, {**unresolvable, **decision.unresolvable()})
 
     def _log(self, key: str, placement: Placement | None, score: float | None, started: float, n: int) -> None:

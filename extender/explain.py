@@ -92,7 +92,7 @@ def parts_of(state: ClusterState, evaluation: Evaluation) -> dict[str, dict[str,
     with state.lock:
         candidates = np.zeros(state.inventory.size, dtype=np.bool_)
         candidates[evaluation.decision.rows] = True
-        return score_parts(state.inventory, state.engine.policy, evaluation.request, candidates)
+        return score_parts(state.inventory, state.decider.policy, evaluation.request, candidates)
 
 
 def node_verdicts(evaluation: Evaluation) -> list[NodeVerdict]:
@@ -155,7 +155,7 @@ def why_text(report: dict[str, Any]) -> str:
     if second is None:
         return f"why: {report['chosen']} is the only feasible node"
     if second["margin"] <= 0.0:
-        return f"why: {report['chosen']} ties with {second['node']} on score; the fixed node order decided"
+        return f"why: {report['chosen']} ties with {second['node']} on score; the tie order decided"
     shown = [(name, diff) for name, diff in second["differences"].items() if abs(diff) >= 5e-4]
     detail = " (" + ", ".join(f"{name} {diff:+.3f}" for name, diff in shown) + ")" if shown else ""
     decided = f"; {second['deciding_part']} made the difference" if second["deciding_part"] else ""

@@ -56,7 +56,7 @@ from gpupack.kube.pod_request import (
 )
 from gpupack.kube.pods import pod_key, pod_uid
 from gpupack.kube.sources.events import Event, NodeDeleted, NodeUpserted, PodDeleted, PodUpserted, Synced
-from gpupack.scoring.engine import Engine
+from gpupack.scoring.decider import Decider
 from gpupack.scoring.facts import Placement
 from gpupack.scoring.inventory import Inventory, InventoryError
 from gpupack.scoring.request import Kind, PodRequest, RequestError
@@ -119,7 +119,7 @@ class PodLedger:
         lock: threading.RLock,
         inventory: Inventory,
         book: ReservationBook,
-        first_fit: Engine,
+        first_fit: Decider,
         prices: PriceTable,
     ) -> None:
         self.lock = lock
@@ -437,7 +437,8 @@ class PodLedger:
             placement, how = observed, PlacedBy.DEVICES_IN_USE  # what gpupack agent saw it hold, not a guess
         else:
             request = dataclasses.replace(record.request, allowed_products=None)
-            placement, how = self.first_fit.decide(request, [record.node]).placement, PlacedBy.FIRST_FIT
+            decision = self.first_fit.decide(request, ([record.node],), observe=False)
+            placement, how = decision.placement, PlacedBy.FIRST_FIT
         if placement is None:
             self._mark_unplaced(record, "no free capacity fits it")
             return

@@ -5,8 +5,8 @@
 
 - the pod ledger (extender.pod_ledger): nodes and bound pods from source events, and the capacity
   they hold in the `Inventory` — the accounting rules, restarts and forged annotations included;
-- the decisions (extender.decisions): filter, which chooses and reserves at once, prioritize and
-  explain;
+- the decisions (extender.decisions.ServiceDecisions): filter, which chooses and reserves at once,
+  prioritize and explain, all through the one decider (scoring.decider.Decider);
 - the binder (extender.binder): the Binding that carries the assignment, written with the lock
   released.
 
@@ -29,9 +29,9 @@ from gpupack.extender.binder import Binder, BindFailure
 from gpupack.extender.decisions import (
     Answer,
     AnswerBuilder,
-    Decider,
     Evaluation,
     Outcome,
+    ServiceDecisions,
     Verdicts,
     verdicts,
 )
@@ -41,7 +41,7 @@ from gpupack.extender.reservations import Clock, ReservationBook
 from gpupack.extender.settings import Settings
 from gpupack.kube.sources.events import Event
 from gpupack.kube.sources.kube_api import ClusterWriter
-from gpupack.scoring.engine import Engine
+from gpupack.scoring.decider import Decider
 from gpupack.scoring.facts import Placement
 from gpupack.scoring.inventory import Inventory
 from gpupack.scoring.names import NameArray
@@ -89,15 +89,17 @@ class ClusterState:
         self.lock = threading.RLock()
         self.inventory = Inventory()
         self.usage = UsageTotals(self.inventory)
-        self.engine = Engine(self.inventory, settings.policy_spec())
+        self.decider = Decider(self.inventory, settings.policy_spec())  # `random` draws unseeded (contracts.md#cli)
         self.book = ReservationBook(settings.reservation_ttl_seconds, clock)
-        first_fit = Engine(self.inventory, baseline("first-fit"))
+        first_fit = Decider(self.inventory, baseline("first-fit"))
         self.ledger = PodLedger(self.lock, self.inventory, self.book, first_fit, settings.price_table())
         self.node_usage = self.ledger.node_usage  # gpupack.io/devices-in-use, from gpupack agent
         self.events = PodEvents(lambda: self.binder.writer, clock)  # Events on pods, written through the writer
-        self.decider = Decider(self.lock, settings, self.ledger, self.engine, self.book, self.events)
-        self.binder = Binder(self.lock, self.ledger, self.decider, self.book, self.events)
-        self.ledger.on_pod_gone += [self.decider.seen.forget, self.events.forget]
+        self.service_decisions = ServiceDecisions(
+            self.lock, settings, self.ledger, self.decider, self.book, self.events
+        )
+        self.binder = Binder(self.lock, self.ledger, self.service_decisions, self.book, self.events)
+        self.ledger.on_pod_gone += [self.service_decisions.seen.forget, self.events.forget]
         self._warm = False
 
     # ================================================================== readiness
@@ -148,24 +150,24 @@ class ClusterState:
         candidates: Sequence[str] | NameArray,
         answer: AnswerBuilder[Any] = verdicts,
     ) -> Any:
-        """Choose one node among `candidates` and reserve its placement (`Decider.decide_for_filter`);
+        """Choose one node among `candidates` and reserve its placement (`ServiceDecisions.decide_for_filter`);
         `answer` builds what is returned, by default (chosen node or None, FailedNodes,
         FailedAndUnresolvableNodes)."""
-        return self.decider.decide_for_filter(pod, candidates, answer)
+        return self.service_decisions.decide_for_filter(pod, candidates, answer)
 
     def feasible_for_filter(
         self, pod: Mapping[str, Any], candidates: Sequence[str] | NameArray
     ) -> tuple[list[str], dict[str, str], dict[str, str]]:
         """decideInFilter: false — every feasible candidate passes, nothing is reserved."""
-        return self.decider.feasible_for_filter(pod, candidates)
+        return self.service_decisions.feasible_for_filter(pod, candidates)
 
     def scores_for_prioritize(self, pod: Mapping[str, Any], candidates: Sequence[str]) -> list[tuple[str, int]]:
-        """Every candidate with a score 0..10 (`Decider.scores_for_prioritize`)."""
-        return self.decider.scores_for_prioritize(pod, candidates)
+        """Every candidate with a score 0..10 (`ServiceDecisions.scores_for_prioritize`)."""
+        return self.service_decisions.scores_for_prioritize(pod, candidates)
 
     def evaluate(self, pod: Mapping[str, Any], candidates: Sequence[str] | None = None) -> Evaluation:
         """Where the pod would go among `candidates` (default: every node), reserving nothing."""
-        return self.decider.evaluate(pod, candidates)
+        return self.service_decisions.evaluate(pod, candidates)
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Create the Binding that carries the assignment annotation (`Binder.bind`); BindError with a reason."""
@@ -175,7 +177,7 @@ class ClusterState:
     @property
     def decisions(self) -> Counter[tuple[Outcome, str]]:
         """Filter decisions by (outcome, reason)."""
-        return self.decider.counts
+        return self.service_decisions.counts
 
     @property
     def bind_failures(self) -> Counter[BindFailure]:
@@ -232,4 +234,4 @@ class ClusterState:
     def remembered_requests(self) -> RememberedRequests:
         """The requests kept for binds (bounded in count and bytes), as a copy."""
         with self.lock:
-            return RememberedRequests(self.decider.seen.entries(), self.decider.seen.bytes)
+            return RememberedRequests(self.service_decisions.seen.entries(), self.service_decisions.seen.bytes)

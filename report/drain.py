@@ -2,8 +2,8 @@
 
 Decided on a copy of the inventory, so nothing real is reserved. Nodes are tried least allocated
 first, the dearer first among equals; a node is emptied when every one of its pods (DaemonSet pods
-leave with the node) gets a placement elsewhere from `Engine.decide` — the same decision `filter`
-makes — on a node that is schedulable, not being emptied and not already empty. Then its
+leave with the node) gets a placement elsewhere from the one `Decider` (scoring.decider) — the same
+decision `filter` makes — on a node that is schedulable, not being emptied and not already empty. Then its
 moves are kept and it saves its whole price; otherwise every move tried for it is undone.
 Non-interruptible pods are never moved onto spot capacity. kube-scheduler's own filters (taints,
 selectors beyond the GPU product) are not checked: the plan is a proposal to review.
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpupack.scoring.engine import Engine
+from gpupack.scoring.decider import Decider
 from gpupack.scoring.facts import Placement
 from gpupack.scoring.inventory import Inventory
 from gpupack.scoring.policies import PolicySpec
@@ -83,11 +83,11 @@ def plan_drains(
 ) -> DrainPlan:
     """The drain plan of a cluster (see the module docstring); `inventory` is not changed."""
     scratch = copy.deepcopy(inventory)
-    engine = Engine(scratch, policy)
+    decider = Decider(scratch, policy)  # ties in row order, as in the service; `random` draws unseeded
     by_node: dict[str, list[MovablePod]] = {}
     for pod in pods:
         if pod.request is not None:
-            engine.observe(pod.request)
+            decider.observe(pod.request)
         if not pod.daemon:
             by_node.setdefault(pod.node, []).append(pod)
     plan = DrainPlan()
@@ -103,7 +103,7 @@ def plan_drains(
     for node in _drain_order(scratch, by_node, gpu_nodes)[:limit]:
         if node in closed:
             continue
-        moves, reason = _empty(engine, scratch, by_node[node], targets, node)
+        moves, reason = _empty(decider, scratch, by_node[node], targets, node)
         if reason:
             plan.kept[node] = reason
             continue
@@ -122,7 +122,7 @@ def _drain_order(inventory: Inventory, by_node: dict[str, list[MovablePod]], gpu
 
 
 def _empty(
-    engine: Engine, inventory: Inventory, pods: list[MovablePod], targets: np.ndarray, node: str
+    decider: Decider, inventory: Inventory, pods: list[MovablePod], targets: np.ndarray, node: str
 ) -> tuple[list[Move], str]:
     """Move every pod of `node` elsewhere (largest first); on failure undo and say why."""
     row = inventory.index[node]
@@ -134,7 +134,7 @@ def _empty(
         if pod.request is None:
             reason = f"pod {pod.key}: its request cannot be read, so it cannot be moved"
             break
-        placement = engine.decide(pod.request, targets).placement
+        placement = decider.decide(pod.request, (targets,), observe=False).placement  # learnt above
         if placement is None:
             reason = f"pod {pod.key} fits on no other node"
             break

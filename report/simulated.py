@@ -1,6 +1,6 @@
 """A simulated end state as a cluster file: the simulator's placements written as bound Pods.
 
-The simulator (`gpupack.sim.simulate.run_once`, the engine the extender runs) places the pods of
+The simulator (`gpupack.sim.simulate.run_once`, the decider the extender runs) places the pods of
 a trace in the FGD protocol's order at `load` x the cluster's GPU capacity (seeded shuffle, copies
 or removals to reach the load); every placed pod becomes a Pod bound to its node with its
 `gpupack.io/assignment`, every node a Node object (`gpupack.sim.scenarios.node_object`). The file

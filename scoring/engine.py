@@ -1,7 +1,8 @@
 """The engine: one call decides where a request goes, by running a policy's kernel over the inventory.
 
-The extender's filter, the simulator and `explain` all call `Engine.decide`; nothing else runs
-scoring code.
+Outside `scoring`, only `scoring.decider.Decider` calls `Engine.decide` (it adds the tie order and the
+random policy's noise); the extender's filter, the simulator, `explain` and the report all decide
+through it. Benchmarks of the raw kernel time the engine directly.
 """
 
 from __future__ import annotations

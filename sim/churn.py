@@ -2,7 +2,7 @@
 
 Where the `fgd` protocol only ever adds pods, here every pod leaves again, so placement decides which
 holes the departures leave and whether the next large request finds a whole GPU. It runs on the same
-engine and inventory as the extender (`scoring.engine.Engine`, `Inventory.commit` / `release`).
+decider and inventory as the extender (`scoring.decider.Decider`, `Inventory.commit` / `release`).
 
 Arrivals: a Poisson process of rate 1 (time is counted in mean inter-arrival gaps); each arrival is a pod
 drawn uniformly, with replacement, from the trace's pods (seeded), so the trace's pods are the workload
@@ -29,13 +29,13 @@ from typing import TypedDict
 
 import numpy as np
 
-from gpupack.scoring.engine import Engine
+from gpupack.scoring.decider import Decider
 from gpupack.scoring.facts import Placement
 from gpupack.scoring.geometry import resource_profile
 from gpupack.scoring.policies import PolicySpec
 from gpupack.scoring.request import Kind, PodRequest
 from gpupack.sim.packing_metrics import stranded_gpus
-from gpupack.sim.simulate import Decider, build_inventory, kind_label, placed_gpus, requested_gpus
+from gpupack.sim.simulate import build_inventory, kind_label, placed_gpus, requested_gpus
 from gpupack.sim.workload import Trace, TracePod, gpu_count
 
 
@@ -193,7 +193,7 @@ def _compute(profile: str) -> int:
 
 def run_churn(trace: Trace, policy: PolicySpec, seed: int, config: ChurnConfig = ChurnConfig()) -> ChurnResult:
     """One seed of the churn protocol (module docstring); the inventory is changed only by commits and
-    departures, decisions come from `Engine.decide` as in the extender."""
+    departures, decisions come from the one `Decider`, as in the extender."""
     started = time.perf_counter()
     gpus = gpu_count(trace.nodes)
     arrivals = churn_arrivals(trace.pods, gpus, seed, config)
@@ -201,7 +201,7 @@ def run_churn(trace: Trace, policy: PolicySpec, seed: int, config: ChurnConfig =
     counted_from, until = config.warmup * life, (config.warmup + config.measure) * life
     step = config.measure * life / config.samples
     cluster = _Cluster(trace)
-    decider = Decider(cluster.inventory, policy, seed)
+    decider = Decider.seeded(cluster.inventory, policy, seed)
     probes = large_profiles(trace.pods)
     last_seen = {kind_label(a.pod.request): i for i, a in enumerate(arrivals)}
     result = ChurnResult(seed, life)
@@ -210,7 +210,7 @@ def run_churn(trace: Trace, policy: PolicySpec, seed: int, config: ChurnConfig =
         while next_sample <= min(arrival.time, until):
             cluster.release_until(next_sample)
             to_come = {label: 1 for label, last in last_seen.items() if last >= i}
-            result.samples.append(_sample(cluster, decider.engine, probes, to_come, next_sample, result))
+            result.samples.append(_sample(cluster, decider, probes, to_come, next_sample, result))
             next_sample += step
         cluster.release_until(arrival.time)
         decision = decider.decide(arrival.pod.request)
@@ -228,7 +228,7 @@ def run_churn(trace: Trace, policy: PolicySpec, seed: int, config: ChurnConfig =
 
 def _sample(
     cluster: _Cluster,
-    engine: Engine,
+    decider: Decider,
     probes: dict[str, TracePod],
     to_come: dict[str, int],
     now: float,
@@ -241,7 +241,7 @@ def _sample(
         "rejected": result.rejected,
         "stranded_gpus": stranding.stranded,
         "stranded_pct": _pct(stranding.stranded, stranding.gpus),
-        "placeable": {profile: engine.decide(pod.request).placement is not None for profile, pod in probes.items()},
+        "placeable": {profile: decider.look(pod.request).placement is not None for profile, pod in probes.items()},
     }
 
 

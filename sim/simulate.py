@@ -7,18 +7,17 @@ pod, failures dropped, allocation read at arrived = 100 % and 130 %; `replay` â€
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from gpupack.scoring import policies
-from gpupack.scoring.engine import Decision, Engine
+from gpupack.scoring.decider import Decider
+from gpupack.scoring.engine import Decision
 from gpupack.scoring.facts import MigMode, NodeFacts, Placement
 from gpupack.scoring.geometry import SHAPE_COMPUTE, resolve_profile, resource_profile
 from gpupack.scoring.inventory import Inventory
 from gpupack.scoring.mix import typical_mix
-from gpupack.scoring.policies import GpupackArgs, GpupackWeights, PolicySpec, TieBreak
+from gpupack.scoring.policies import GpupackArgs, GpupackWeights, PolicySpec
 from gpupack.scoring.request import Kind, PodRequest
 from gpupack.sim.workload import Trace, TracePod
 
@@ -133,35 +132,6 @@ def _mig_compute(profile: str) -> int:
     return int(head) if head.isdigit() else 1
 
 
-class Decider:
-    """The simulator's side of one decision: the policy learns the request, then the engine decides.
-
-    Ties go to a node order drawn once per run from the seed (or a fresh draw per pod, as the policy's
-    tie-break says); the random policy gets fresh noise per pod from the same generator.
-    """
-
-    def __init__(self, inventory: Inventory, policy: PolicySpec, seed: int | None) -> None:
-        self.engine = Engine(inventory, policy)
-        self.policy = policy
-        self._size = inventory.size
-        self._rng = np.random.default_rng(seed if seed is not None else 0)
-        self._fixed_rank = self._rng.permutation(self._size).astype(np.int64)
-
-    def decide(self, request: PodRequest, fallbacks: Sequence[np.ndarray | None] = (None,)) -> Decision:
-        """Observe `request` (a learning policy's mix) once and decide where it goes among the nodes of each
-        candidate mask in `fallbacks` in turn (None: every node), until one places it; nothing is committed."""
-        n = self._size
-        self.engine.observe(request)
-        fixed = self.policy.tie_break == TieBreak.FIXED
-        rank = self._fixed_rank if fixed else self._rng.permutation(n).astype(np.int64)
-        noise = self._rng.random(n) if self.policy.kernel_id == policies.k.P_RANDOM else None
-        for candidates in fallbacks:
-            decision = self.engine.decide(request, candidates, rank=rank, noise=noise)
-            if decision.placement is not None:
-                break
-        return decision
-
-
 def run_once(
     trace: Trace,
     order: list[TracePod],
@@ -180,7 +150,7 @@ def run_once(
     """
     started, cpu_started = time.perf_counter(), time.process_time()
     inventory = build_inventory(trace.nodes)
-    decider = Decider(inventory, policy, seed)
+    decider = Decider.seeded(inventory, policy, seed)
     capacity = float(inventory.gpus_total())
     result = RunResult(seed)
     arrived = allocated = 0.0

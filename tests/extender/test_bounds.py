@@ -157,14 +157,14 @@ def test_heavy_bodies_are_decided_one_at_a_time_and_the_others_get_a_busy_answer
 
 def test_a_filter_whose_caller_left_during_the_decision_commits_nothing(monkeypatch, state) -> None:
     deadline = verbs.Deadline()
-    decide = state.engine.decide
+    decide = state.decider.engine.decide
 
     def decide_then_hang_up(*args: Any, **kwargs: Any):
         decision = decide(*args, **kwargs)
         deadline.gone.set()  # the caller hangs up while gpupack decides
         return decision
 
-    monkeypatch.setattr(state.engine, "decide", decide_then_hang_up)
+    monkeypatch.setattr(state.decider.engine, "decide", decide_then_hang_up)
     with pytest.raises(verbs.Abandoned, match="the caller left before answering") as raised:
         verbs.filter_body(state, SETTINGS, names_last(pod("p", gpus=1), NODES), deadline)
     assert raised.value.caller_gone

@@ -46,10 +46,10 @@ def test_parts_equal_the_reference_terms_and_add_up_to_the_score(weights: Gpupac
     assert scores, "the example cluster takes every one of these pods"
     candidates = np.zeros(state.inventory.size, dtype=np.bool_)
     candidates[evaluation.decision.rows] = True
-    parts = score_parts(state.inventory, state.engine.policy, evaluation.request, candidates)
+    parts = score_parts(state.inventory, state.decider.policy, evaluation.request, candidates)
     reference: dict[str, dict[str, float]] = {}
     names = [str(state.inventory.names[row]) for row in evaluation.decision.rows]
-    reference_decide(state.inventory, state.engine.policy, evaluation.request, names, parts=reference)
+    reference_decide(state.inventory, state.decider.policy, evaluation.request, names, parts=reference)
     assert set(parts) == set(scores) == set(reference)
     for node, terms in parts.items():
         assert {"fragmentation", "packing"} <= set(terms)
@@ -66,4 +66,4 @@ def test_other_policies_have_no_parts() -> None:
     ClusterFileSource(EXAMPLE_CLUSTER, state.apply).start()
     evaluation = state.evaluate(pod("p", gpus=1))
     assert evaluation.request is not None
-    assert score_parts(state.inventory, state.engine.policy, evaluation.request) == {}
+    assert score_parts(state.inventory, state.decider.policy, evaluation.request) == {}

@@ -22,13 +22,13 @@ def filter_threads(pods: list[dict[str, Any]], verb: str) -> dict[str, str]:
     state = state_from([node(f"h100-{i}", mig="dynamic") for i in range(4)], settings=settings)
     warm_up(state)
     threads: dict[str, str] = {}
-    decide = state.engine.decide
+    decide = state.decider.engine.decide
 
     def recording(request: Any, *args: Any, **kw: Any) -> Any:
         threads[f"{request.kind.name}-{request.mig_instances}"] = threading.current_thread().name
         return decide(request, *args, **kw)
 
-    state.engine.decide = recording  # type: ignore[method-assign]  # a recording double on this one engine
+    state.decider.engine.decide = recording  # type: ignore[method-assign]  # a recording double on this one engine
     with live_server(state, settings) as (host, port), httpx.Client(base_url=f"http://{host}:{port}") as client:
         for obj in pods:
             body = {"Pod": obj, "Nodes": None, "NodeNames": [f"h100-{i}" for i in range(4)]}
