@@ -19,16 +19,16 @@ from gpupack.agent.claim import Claim
 from gpupack.agent.device_kind import (
     AllocationError,
     ContainerGrant,
-    DeviceKind,
     Held,
     Host,
     on_slot_gpu,
     take_per_slot,
 )
+from gpupack.agent.kind_mig import MigKind
 from gpupack.agent.mig_lifecycle import MigCreateError, ensure_instance, held_instances, reconcile, unheld
 from gpupack.agent.node_gpus import Device, NodeGpus
 from gpupack.agent.nvml import MigInstance
-from gpupack.agent.vendor_nvidia import is_mig_resource, mig_resource, visible_devices
+from gpupack.agent.vendor_nvidia import mig_resource, visible_devices
 from gpupack.scoring.facts import GpuSlot
 from gpupack.scoring.geometry import MAX_FIT, ME_SUFFIX, SHAPES, canonical_profile
 from gpupack.scoring.gpu_models import lookup_model
@@ -55,18 +55,10 @@ def profile_bounds(product: str) -> dict[str, int]:
     return bounds
 
 
-class DynamicMig(DeviceKind):
+class DynamicMig(MigKind):
     """MIG instances the agent creates at the assigned placement."""
 
     name = "dynamic MIG"
-
-    def owns(self, resource: str) -> bool:
-        """`nvidia.com/mig-<profile>`."""
-        return is_mig_resource(resource)
-
-    def resource_of(self, slot: GpuSlot) -> str | None:
-        """A MIG slot, under its profile's resource."""
-        return mig_resource(slot.mig) if slot.mig else None
 
     def advertise(self, node: NodeGpus) -> dict[str, list[Device]]:
         """Each profile's upper bound on every MIG-enabled GPU (only on a dynamic-MIG node)."""

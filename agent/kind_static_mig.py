@@ -15,32 +15,24 @@ from gpupack.agent.claim import Claim
 from gpupack.agent.device_kind import (
     AllocationError,
     ContainerGrant,
-    DeviceKind,
     Held,
     Host,
     read_each,
     take_per_slot,
 )
+from gpupack.agent.kind_mig import MigKind
 from gpupack.agent.node_gpus import Device, NodeGpus
 from gpupack.agent.nvml import MigInstance
-from gpupack.agent.vendor_nvidia import is_mig_resource, mig_resource, visible_devices
+from gpupack.agent.vendor_nvidia import mig_resource, visible_devices
 from gpupack.scoring.facts import GpuSlot
 
 EMPTY_MIG_GPU = "MIG mode is on and the GPU holds no MIG instance: nothing on it can be handed out"
 
 
-class StaticMig(DeviceKind):
+class StaticMig(MigKind):
     """MIG instances an operator made, by their UUID."""
 
     name = "static MIG"
-
-    def owns(self, resource: str) -> bool:
-        """`nvidia.com/mig-<profile>`."""
-        return is_mig_resource(resource)
-
-    def resource_of(self, slot: GpuSlot) -> str | None:
-        """A MIG slot, under its profile's resource."""
-        return mig_resource(slot.mig) if slot.mig else None
 
     def advertise(self, node: NodeGpus) -> dict[str, list[Device]]:
         """Every instance that exists, by its UUID (none on a dynamic-MIG node)."""
