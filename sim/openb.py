@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from gpupack.scoring.facts import MigMode, NodeFacts
-from gpupack.scoring.request import MAX_GPUS_PER_NODE, Kind, PodRequest, RequestError
+from gpupack.scoring.request import MAX_GPUS_PER_NODE, MILLI_PER_GPU, Kind, PodRequest, RequestError
 from gpupack.sim.workload import TraceError, TracePod
 
 __all__ = [
@@ -139,18 +139,18 @@ def _gpu_kind(path: Path, line: int, num_gpu: int, gpu_milli: int) -> tuple[Kind
     """(kind, gpus, milli) for a row's num_gpu / gpu_milli, or TraceError."""
     if num_gpu > MAX_GPUS_PER_NODE:
         raise TraceError(f"{path}:{line}: num_gpu {num_gpu} is out of range 0..{MAX_GPUS_PER_NODE}")
-    if gpu_milli > 1000:
-        raise TraceError(f"{path}:{line}: gpu_milli {gpu_milli} is out of range 0..1000")
+    if gpu_milli > MILLI_PER_GPU:
+        raise TraceError(f"{path}:{line}: gpu_milli {gpu_milli} is out of range 0..{MILLI_PER_GPU}")
     if num_gpu == 0:
         if gpu_milli != 0:
             raise TraceError(f"{path}:{line}: num_gpu is 0 but gpu_milli is {gpu_milli}, expected 0")
         return Kind.NONE, 0, 0
-    if gpu_milli == 1000:
+    if gpu_milli == MILLI_PER_GPU:
         return Kind.WHOLE, num_gpu, 0
     if num_gpu > 1:
-        raise TraceError(f"{path}:{line}: num_gpu {num_gpu} > 1 needs gpu_milli 1000, got {gpu_milli}")
+        raise TraceError(f"{path}:{line}: num_gpu {num_gpu} > 1 needs gpu_milli {MILLI_PER_GPU}, got {gpu_milli}")
     if gpu_milli == 0:
-        raise TraceError(f"{path}:{line}: num_gpu is 1 but gpu_milli is 0, expected 1..1000")
+        raise TraceError(f"{path}:{line}: num_gpu is 1 but gpu_milli is 0, expected 1..{MILLI_PER_GPU}")
     return Kind.SHARE, 0, gpu_milli
 
 

@@ -18,7 +18,7 @@ from gpupack.scoring.geometry import SHAPE_COMPUTE, resolve_profile, resource_pr
 from gpupack.scoring.inventory import Inventory
 from gpupack.scoring.mix import typical_mix
 from gpupack.scoring.policies import GpupackArgs, GpupackWeights, PolicySpec
-from gpupack.scoring.request import Kind, PodRequest
+from gpupack.scoring.request import MILLI_PER_GPU, Kind, PodRequest
 from gpupack.sim.workload import Trace, TracePod
 
 CURVE_STEP_PCT = 1.0
@@ -114,7 +114,7 @@ def placed_gpus(inventory: Inventory, placement: Placement) -> float:
             shape, _ = resolve_profile(family, slot.mig)
             total += int(SHAPE_COMPUTE[shape]) / family.compute_total
         elif slot.milli:
-            total += slot.milli / 1000
+            total += slot.milli / MILLI_PER_GPU
         else:
             total += 1.0
     return total
@@ -221,7 +221,7 @@ def share_to_mig(request: PodRequest) -> PodRequest:
     """A share request as the smallest 80 GB-family MIG profile with enough compute slices."""
     if request.kind != Kind.SHARE:
         return request
-    need = -(-request.milli * 7 // 1000)
+    need = -(-request.milli * 7 // MILLI_PER_GPU)
     profile = next(name for slices, name in MIG_80GB_BY_SLICES if slices >= need)
     return PodRequest(
         request.cpu_milli,
