@@ -27,6 +27,11 @@ from gpupack.scoring.request import PodRequest
 
 logger = logging.getLogger(__name__)
 MAX_REASON = 500
+# Bounds on one node's annotation. Every change of it re-commits the listed slots under serve's state
+# lock, so an unbounded value (the annotation may be 256 KiB) would stall every decision for seconds.
+# A real node lists a few slots per pod and a few blocked ones: far below both.
+MAX_DEVICES_IN_USE_BYTES = 64 * 1024
+MAX_DEVICES_IN_USE_SLOTS = 512
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,9 @@ def read_node_usage(node: Mapping[str, Any]) -> NodeUsage:
     text = ((node.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_DEVICES_IN_USE)
     if text is None:
         return NodeUsage(name)
+    if len(text) > MAX_DEVICES_IN_USE_BYTES:
+        reason = f"{len(text)} characters, more than the {MAX_DEVICES_IN_USE_BYTES} a node's devices can need"
+        raise NodeFactsError(name, ANNOTATION_DEVICES_IN_USE, reason)
     try:
         return parse_devices_in_use(name, decode_json(text))
     except ValueError as exc:
@@ -63,6 +71,9 @@ def parse_devices_in_use(node: str, data: object) -> NodeUsage:
         raise ValueError("pods must map namespace/name to a list of slots")
     if not isinstance(blocked, list):
         raise ValueError("blocked must be a list of slots")
+    listed = len(blocked) + sum(len(slots) for slots in pods.values())
+    if listed > MAX_DEVICES_IN_USE_SLOTS:
+        raise ValueError(f"{listed} slots listed, more than the {MAX_DEVICES_IN_USE_SLOTS} a node's devices can need")
     parsed = tuple(sorted((key, tuple(parse_slot(i, e) for i, e in enumerate(slots))) for key, slots in pods.items()))
     return NodeUsage(node, parsed, tuple(_blocked_slot(i, entry) for i, entry in enumerate(blocked)))
 

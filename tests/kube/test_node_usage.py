@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
+import orjson
 import pytest
 
 from gpupack.kube.node_facts import NodeFactsError
-from gpupack.kube.node_usage import NodeUsage, read_node_usage
+from gpupack.kube.node_usage import MAX_DEVICES_IN_USE_BYTES, MAX_DEVICES_IN_USE_SLOTS, NodeUsage, read_node_usage
 from gpupack.kube.sources import NodeUpserted, PodDeleted, PodUpserted
 from gpupack.scoring.facts import GpuSlot
 from tests.extender_helpers import node, pod, state_from
@@ -40,6 +41,34 @@ def test_garbage_makes_the_node_unusable_with_a_reason_naming_it(value: str, cap
     assert state.bad_nodes()["n1"].startswith(f"node n1: {IN_USE}: ")
     state.apply(NodeUpserted(bad))  # the same again: logged once
     assert sum(IN_USE in r.getMessage() for r in caplog.records) == 1
+
+
+def _listing(pods: int, slots_each: int) -> str:
+    """A well-formed annotation listing `slots_each` share slots for each of `pods` pods."""
+    listed = {f"ml/p{i}": [{"index": 0, "milli": 1 + j} for j in range(slots_each)] for i in range(pods)}
+    return orjson.dumps({"pods": listed}).decode()
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (_listing(1, MAX_DEVICES_IN_USE_SLOTS + 1), f"{MAX_DEVICES_IN_USE_SLOTS + 1} slots listed"),
+        (_listing(10, 51) + " " * MAX_DEVICES_IN_USE_BYTES, "characters, more than"),  # 256 KiB-class values
+    ],
+)
+def test_an_annotation_larger_than_any_node_needs_is_refused_before_it_is_charged(value: str, reason: str) -> None:
+    """Each change re-commits every listed slot under the state lock: an unbounded value would stall serve."""
+    bad = node("n1", annotations={IN_USE: value})
+    with pytest.raises(NodeFactsError, match=reason):
+        read_node_usage(bad)
+    assert state_from([bad]).bad_nodes()["n1"].startswith(f"node n1: {IN_USE}: ")
+
+
+def test_a_full_node_listing_is_within_the_bounds() -> None:
+    """250 pods (beyond kubelet's default 110 per node) with two extra share slots each still reads."""
+    value = _listing(250, 2)
+    assert len(value) < MAX_DEVICES_IN_USE_BYTES
+    assert len(read_node_usage(node("n1", annotations={IN_USE: value})).pods) == 250
 
 
 def test_a_foreign_pod_is_charged_what_the_agent_saw_not_a_first_fit_guess() -> None:
