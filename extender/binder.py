@@ -145,20 +145,36 @@ class Binder:
         precondition, so a failed bind leaves nothing to undo (lock not held)."""
         writer = self.writer
         key = f"{namespace}/{name}"
-        try:
-            if writer is None:
-                raise BindError(BindFailure.NO_WRITER, "gpupack has no cluster connection to bind with")
-            value = orjson.dumps(placement.to_assignment()).decode()
-            try:
-                writer.create_binding(namespace, name, uid, node, {ANNOTATION_ASSIGNMENT: value})
-            except Exception as exc:
-                raise BindError(BindFailure.BINDING, f"cannot bind pod {key} to {node}: {api_reason(exc)}") from None
-        except BindError:
+        if writer is None:
             with self.lock:
-                reservation = self.book.get(ident)
-                if reservation is not None and reservation.placement == placement:
-                    self.ledger.release(self.book.forget(ident, Ended.BIND_FAILED))
-            raise
+                self._end_failed_bind(ident, placement, unsure=False)
+            raise BindError(BindFailure.NO_WRITER, "gpupack has no cluster connection to bind with")
+        value = orjson.dumps(placement.to_assignment()).decode()
+        try:
+            writer.create_binding(namespace, name, uid, node, {ANNOTATION_ASSIGNMENT: value})
+        except Exception as exc:
+            unsure = answer_may_be_lost(exc)
+            with self.lock:
+                self._end_failed_bind(ident, placement, unsure)
+            raise BindError(BindFailure.BINDING, f"cannot bind pod {key} to {node}: {api_reason(exc)}") from None
+
+    def _end_failed_bind(self, ident: str, placement: Placement, unsure: bool) -> None:
+        """A refused Binding gives its capacity back; one whose answer was lost keeps it (it may exist)."""
+        reservation = self.book.get(ident)
+        if reservation is None or reservation.placement != placement:
+            return
+        if unsure:
+            self.book.bind_unsure(ident)
+            logger.info("pod %s: the Binding may exist (its answer was lost): its capacity stays held", reservation.key)
+        else:
+            self.ledger.release(self.book.forget(ident, Ended.BIND_FAILED))
+
+
+def answer_may_be_lost(exc: BaseException) -> bool:
+    """Whether the API server may have applied a write that failed this way: no HTTP answer at all
+    (timeout, connection reset) or a 5xx, where etcd may have committed before the error."""
+    status = getattr(exc, "status", None)
+    return not isinstance(status, int) or status >= 500
 
 
 def api_reason(exc: BaseException) -> str:

@@ -139,6 +139,18 @@ class ReservationBook:
         reservation.bound_at = self.clock()
         return reservation
 
+    def bind_unsure(self, uid: str) -> Reservation | None:
+        """BINDING -> ASSUMED with a new TTL: the Binding's answer was lost, so it may exist. The capacity
+        stays held until the informer confirms the pod bound, sees it deleted or bound otherwise, the pod
+        is filtered again, or the TTL passes without any of these."""
+        reservation = self._live.get(uid)
+        if reservation is None or reservation.state != ReservationState.BINDING:
+            return None
+        reservation.state = ReservationState.ASSUMED
+        reservation.deadline = self.clock() + self.ttl
+        heapq.heappush(self._deadlines, (reservation.deadline, next(self._tie), reservation))
+        return reservation
+
     def orphans(self) -> list[Reservation]:
         """Finished binds older than the TTL still unconfirmed: right after a relist, their pods are gone."""
         cutoff = self.clock() - self.ttl

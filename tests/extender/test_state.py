@@ -10,6 +10,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from gpupack.extender.binder import BindError
 from gpupack.extender.decisions import NOT_CHOSEN, UNKNOWN_NODE, UNSCHEDULABLE_NODE, normalise
@@ -254,7 +255,7 @@ def test_binding_error_releases_the_reservation_and_writes_nothing(tmp_path: Pat
     class Refusing:
         def create_binding(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]):
             calls.append((name, node, annotations))
-            raise RuntimeError("boom")
+            raise ApiException(status=403, reason="Forbidden")  # a definite refusal: nothing was written
 
         def create_event(self, namespace: str, event: JsonObject) -> None:
             events.append(event)
