@@ -7,7 +7,8 @@ be destroyed). The agent leaves out every slot a live pod's assignment already n
   instead of a first-fit guess (`observed`);
 - everything else the annotation lists as one node *hold* (`commit_hold`), committed after the pods'
   own assignments and reservations: a slot that no longer fits (already charged, or garbage such as a
-  GPU the node does not have) is skipped, so nothing is counted twice. The hold takes one pod slot.
+  GPU the node does not have) is skipped, so nothing is counted twice. The hold takes no pod slot: on a
+  node at its pod limit it is still charged (#26 item 7).
 A change of the annotation rebuilds the node's accounting (as a change of its facts does).
 """
 
@@ -147,7 +148,7 @@ def commit_what_fits(inventory: Inventory, wanted: Placement) -> Placement | Non
     """Commit the largest prefix-greedy subset of `wanted`'s slots that fits; None when none does."""
     taken: list[GpuSlot] = []
     for slot in wanted.slots:
-        trial = Placement(wanted.node, (*taken, slot))
+        trial = Placement(wanted.node, (*taken, slot), pod_slots=0)
         try:
             inventory.commit(trial)
         except InventoryError as exc:
@@ -157,6 +158,6 @@ def commit_what_fits(inventory: Inventory, wanted: Placement) -> Placement | Non
         taken.append(slot)
     if not taken:
         return None
-    hold = Placement(wanted.node, tuple(taken))
+    hold = Placement(wanted.node, tuple(taken), pod_slots=0)
     inventory.commit(hold)
     return hold

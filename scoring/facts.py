@@ -67,6 +67,7 @@ class Placement:
     slots: tuple[GpuSlot, ...]
     cpu_milli: int = 0
     memory_bytes: int = 0
+    pod_slots: int = 1  # a pod takes one of the node's pod slots; a hold of devices no pod names takes none
 
     def to_assignment(self) -> dict[str, object]:
         """The `gpupack.io/assignment` annotation value (docs/contracts.md#assignment), as a JSON-ready dict."""

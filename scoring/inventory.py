@@ -374,12 +374,12 @@ class Inventory:
             raise InventoryError(f"node {placement.node}: not enough CPU")
         if placement.memory_bytes > self.node_mem_free[row]:
             raise InventoryError(f"node {placement.node}: not enough memory")
-        if self.node_pods_free[row] < 1:
+        if self.node_pods_free[row] < placement.pod_slots:
             raise InventoryError(f"node {placement.node}: no pod slot left")
         changes = self._slot_changes(row, placement, taking=True)
         self.node_cpu_free[row] -= placement.cpu_milli
         self.node_mem_free[row] -= placement.memory_bytes
-        self.node_pods_free[row] -= 1
+        self.node_pods_free[row] -= placement.pod_slots
         self._apply(changes)
         self._touch(row)
         tag = _gpu_tag(placement)
@@ -394,13 +394,13 @@ class Inventory:
         if (
             self.node_cpu_free[row] + placement.cpu_milli > self.node_cpu_cap[row]
             or self.node_mem_free[row] + placement.memory_bytes > self.node_mem_cap[row]
-            or self.node_pods_free[row] >= self.node_pods_cap[row]
+            or self.node_pods_free[row] + placement.pod_slots > self.node_pods_cap[row]
         ):
             raise InventoryError(f"node {placement.node}: releasing more than is allocated")
         changes = self._slot_changes(row, placement, taking=False)
         self.node_cpu_free[row] += placement.cpu_milli
         self.node_mem_free[row] += placement.memory_bytes
-        self.node_pods_free[row] += 1
+        self.node_pods_free[row] += placement.pod_slots
         self._apply(changes)
         self._touch(row)
         tag = _gpu_tag(placement)

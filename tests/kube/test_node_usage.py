@@ -103,6 +103,21 @@ def test_devices_beyond_an_assignment_are_held_once() -> None:
     assert chosen == "n1" and state.placements()["uid-default-new"].slots == (GpuSlot(0),)
 
 
+def test_a_node_at_its_pod_limit_still_holds_what_the_agent_reports() -> None:
+    """#26 item 7: the hold took a pod slot, so on a full node it was dropped, never retried, and the
+    GPU the agent reported held was handed out once a pod left. A hold is no pod: it takes no slot."""
+    full = node("n1", gpus=2, annotations={IN_USE: json.dumps({"blocked": [{"index": 1, "reason": "XID 79"}]})})
+    full["status"]["allocatable"]["pods"] = full["status"]["capacity"]["pods"] = "1"
+    placed = pod("p", gpus=1, node_name="n1", namespace="ml", assignment={"node": "n1", "gpus": [{"index": 0}]})
+    state = state_from([full], [placed])
+    assert state.node_usage.holds["n1"].slots == (GpuSlot(1),)
+    assert state.snapshot().gpus_allocated == 2
+    state.apply(PodDeleted("ml/p", "uid-ml-p"))
+    assert state.decide_for_filter(pod("two", gpus=2), ["n1"])[0] is None
+    assert state.decide_for_filter(pod("one", gpus=1), ["n1"])[0] == "n1"
+    assert state.placements()["uid-default-one"].slots == (GpuSlot(0),)
+
+
 def test_a_refused_mig_slot_is_not_offered_again_and_slots_in_use_are_skipped() -> None:
     blocked = [{"index": 0, "mig": "3g.40gb", "start": 4, "reason": "NVML refused"},
                {"index": 1, "mig": "3g.40gb", "start": 0, "reason": "assigned below"},
