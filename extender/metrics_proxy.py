@@ -20,6 +20,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 logger = logging.getLogger(__name__)
 UPSTREAM_TIMEOUT_SECONDS = 10.0
+# A client that connects and sends nothing (or stops mid-request) is dropped after this long: the
+# server holds a thread per connection, and idle ones would otherwise pile up without bound.
+CLIENT_IDLE_SECONDS = 30.0
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -28,6 +31,7 @@ class MetricsProxy(BaseHTTPRequestHandler):
 
     upstream = "http://127.0.0.1:8888/metrics"  # set per server by `make_server`
     server_version = "gpupack-metrics"
+    timeout = CLIENT_IDLE_SECONDS  # socket timeout of each connection (socketserver.StreamRequestHandler)
 
     def do_GET(self) -> None:
         if self.path == "/healthz":
@@ -60,9 +64,12 @@ class MetricsProxy(BaseHTTPRequestHandler):
         logger.debug(format, *args)
 
 
-def make_server(host: str, port: int, upstream: str) -> ThreadingHTTPServer:
-    """The proxy's server (not started), forwarding /metrics to `upstream`."""
-    handler = type("BoundMetricsProxy", (MetricsProxy,), {"upstream": upstream})
+def make_server(
+    host: str, port: int, upstream: str, idle_seconds: float = CLIENT_IDLE_SECONDS
+) -> ThreadingHTTPServer:
+    """The proxy's server (not started), forwarding /metrics to `upstream`; idle clients dropped after
+    `idle_seconds`."""
+    handler = type("BoundMetricsProxy", (MetricsProxy,), {"upstream": upstream, "timeout": idle_seconds})
     return ThreadingHTTPServer((host, port), handler)
 
 

@@ -7,6 +7,7 @@ import json
 import re
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -147,6 +148,22 @@ def test_metrics_proxy_says_when_the_extender_is_down() -> None:
         with pytest.raises(urllib.error.HTTPError) as error:
             urllib.request.urlopen(f"http://127.0.0.1:{proxy.server_address[1]}/metrics", timeout=10)
         assert error.value.code == 503
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
+@pytest.mark.parametrize("sent", [b"", b"GET /metr"], ids=["nothing", "half a request line"])
+def test_metrics_proxy_drops_a_client_that_goes_quiet(sent: bytes) -> None:
+    """#26 (low): each connection holds a thread; one that sends nothing must not hold it for ever."""
+    proxy = make_server("127.0.0.1", 0, "http://127.0.0.1:9/metrics", idle_seconds=0.5)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        with socket.create_connection(("127.0.0.1", proxy.server_address[1]), timeout=10) as quiet:
+            quiet.sendall(sent)
+            started = time.monotonic()
+            assert quiet.recv(1024) == b""  # the server closed it (a timeout here raises instead)
+            assert time.monotonic() - started < 5
     finally:
         proxy.shutdown()
         proxy.server_close()
