@@ -6,6 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 MOVES_SHOWN = 5  # moves listed per drained node; the rest are counted
+# C0 controls but the newline, DEL and C1: names and label values come from the cluster and from
+# Prometheus series anyone may export, and printed raw they would steer the reader's terminal
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x0A), *range(0x0B, 0x20), *range(0x7F, 0xA0))}
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
@@ -57,7 +60,12 @@ def render_text(report: dict[str, Any]) -> str:
         out.append(f"node {node} not read: {reason}")
     if "utilisation" in report:
         out += ["", *_utilisation_lines(report["utilisation"])]
-    return "\n".join(out) + "\n"
+    return printable("\n".join(out) + "\n")
+
+
+def printable(text: str) -> str:
+    """`text` with every control character but the newline written as a visible `\\xNN` escape."""
+    return text.translate(_CONTROLS)
 
 
 def _usage_table(header: str, hourly: dict[str, float], window: dict[str, dict[str, float]]) -> list[str]:

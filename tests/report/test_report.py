@@ -14,6 +14,7 @@ import yaml
 from gpupack.cli import main
 from gpupack.extender.settings import Settings
 from gpupack.report.build import build_report
+from gpupack.report.render_text import render_text
 from gpupack.report.snapshot import read_cluster_file, report_settings
 from gpupack.scoring.cost import apportion, split_costs, to_cents
 from gpupack.scoring.facts import GpuSlot, Placement
@@ -255,3 +256,17 @@ def test_simulated_end_state(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         for move in drain["moves"]:
             if "spot" in move["to"]:
                 assert move["pod"].split("-tuned-")[0] in interruptible
+
+
+def test_the_text_report_shows_control_characters_instead_of_sending_them(small_report: dict[str, Any]) -> None:
+    """#26 (low): a pod, node or Prometheus label value holding terminal escapes is printed visibly."""
+    hostile = dict(small_report, unusable_nodes={"evil\x1b[2J": "bell\x07 and \x9b31m"})
+    hostile["utilisation"] = {
+        "idle_below_pct": 5.0, "window": "1h", "prometheus": "http://prom",
+        "idle_gpus": [{"namespace": "ml\x1b]0;owned\x07", "pod": "p", "node": "n", "gpu": "0", "utilisation_pct": 0.0}],
+        "idle_by_namespace": {"ml\x1b]0;owned\x07": 1},
+    }  # fmt: skip
+    text = render_text(hostile)
+    assert not any((ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) < 0xA0 for c in text)
+    assert "node evil\\x1b[2J not read: bell\\x07 and \\x9b31m" in text
+    assert "ml\\x1b]0;owned\\x07" in text
