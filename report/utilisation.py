@@ -12,8 +12,10 @@ the threshold.
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -23,7 +25,11 @@ from typing import Any
 from gpupack.errors import GpupackError
 
 UTILISATION_METRIC = "DCGM_FI_DEV_GPU_UTIL"
-TIMEOUT_SECONDS = 30.0
+TIMEOUT_SECONDS = 30.0  # the whole answer, not each read: a server that drips bytes is cut off too
+# A Prometheus answer larger than this is refused before it is parsed (a 150 MB one took 1.6 GB of
+# memory): the DCGM series of even a very large cluster are a few MB.
+MAX_ANSWER_BYTES = 64 << 20
+READ_CHUNK = 1 << 16
 _WINDOW = re.compile(r"[0-9]+(ms|s|m|h|d|w|y)")
 
 
@@ -77,7 +83,10 @@ def query(prometheus: str, promql: str) -> list[tuple[dict[str, str], float]]:
         raise UtilisationError(f"--prometheus {prometheus!r} is not an http(s) URL")
     try:
         with urllib.request.urlopen(url, timeout=TIMEOUT_SECONDS) as answer:
-            body = json.loads(answer.read())
+            text = _read_bounded(answer, prometheus)
+        body = json.loads(text)
+    except UtilisationError:
+        raise
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise UtilisationError(f"cannot query Prometheus at {prometheus}: {exc}") from None
     data = body.get("data") if isinstance(body, dict) else None
@@ -90,6 +99,21 @@ def query(prometheus: str, promql: str) -> list[tuple[dict[str, str], float]]:
         except (KeyError, IndexError, TypeError, ValueError):
             raise UtilisationError(f"Prometheus at {prometheus}: a malformed series {str(item)[:200]}") from None
     return out
+
+
+def _read_bounded(answer: http.client.HTTPResponse, prometheus: str) -> bytes:
+    """The answer's body, within MAX_ANSWER_BYTES and TIMEOUT_SECONDS overall; UtilisationError past either."""
+    deadline = time.monotonic() + TIMEOUT_SECONDS
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := answer.read1(READ_CHUNK):  # what has arrived: read() would wait for a whole chunk
+        size += len(chunk)
+        if size > MAX_ANSWER_BYTES:
+            raise UtilisationError(f"Prometheus at {prometheus} answered more than {MAX_ANSWER_BYTES >> 20} MiB")
+        if time.monotonic() > deadline:
+            raise UtilisationError(f"Prometheus at {prometheus} did not answer within {TIMEOUT_SECONDS:g} s")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _pod_of(labels: Mapping[str, str]) -> str:

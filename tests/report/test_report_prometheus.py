@@ -3,6 +3,7 @@ the report names the allocated GPUs whose utilisation stayed under 10 %."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import socket
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from gpupack.cli import main
+from gpupack.report import utilisation
 from tests.conftest import needs_data
 from tests.extender_helpers import write_cluster
 from tests.report.test_report import small_cluster
@@ -141,3 +143,43 @@ def test_prometheus_unreachable_exits_2(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["report", "--cluster-file", str(cluster), "--prometheus", url]) == 2
     assert "cannot query Prometheus" in capsys.readouterr().err
     assert main(["report", "--cluster-file", str(cluster), "--prometheus", url, "--window", "1 hour"]) == 2
+
+
+class Dripping(BaseHTTPRequestHandler):
+    """A Prometheus that answers a valid JSON body, slowly (one byte per 50 ms) or far too large."""
+
+    huge = False
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        with contextlib.suppress(OSError):  # the client hangs up on us: that is the point
+            if self.huge:
+                self.wfile.write(b'{"status":"success","data":{"resultType":"vector","result":[' + b" " * (4 << 20))
+                return
+            for byte in b'{"status":"success","data":{"resultType":"vector","result":[]}}' * 100:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(0.05)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("huge", [False, True], ids=["dripping", "too large"])
+def test_a_prometheus_answer_is_bounded_in_time_and_size(monkeypatch: pytest.MonkeyPatch, huge: bool) -> None:
+    """#26 (low): a per-read timeout let a dripping server hold the report for ever, and a 150 MB
+    answer took 1.6 GB of memory; now the whole answer has a deadline and a size bound."""
+    monkeypatch.setattr(utilisation, "TIMEOUT_SECONDS", 1.0)
+    monkeypatch.setattr(utilisation, "MAX_ANSWER_BYTES", 1 << 20)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Server", (Dripping,), {"huge": huge}))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(utilisation.UtilisationError, match="more than 1 MiB" if huge else "within 1 s"):
+            utilisation.query(f"http://127.0.0.1:{server.server_address[1]}", "up")
+        assert time.monotonic() - started < 10
+    finally:
+        server.shutdown()
+        server.server_close()
