@@ -26,12 +26,13 @@ from enum import StrEnum
 
 import numpy as np
 
+from gpupack.scoring.cost import placement_gpus
 from gpupack.scoring.decider import Decider
 from gpupack.scoring.facts import Placement
 from gpupack.scoring.inventory import Inventory
 from gpupack.scoring.policies import GpupackArgs, GpupackWeights, PolicySpec, gpupack
 from gpupack.sim.protocol import fgd_order
-from gpupack.sim.simulate import build_inventory, make_policy, placed_gpus
+from gpupack.sim.simulate import build_inventory, make_policy
 from gpupack.sim.workload import Trace, TracePod, gpu_milli_capacity
 
 DEPARTING = 0.3  # share of the placed pods that leave before empty nodes are counted
@@ -137,7 +138,7 @@ def measure(inventory: Inventory, placed: dict[str, tuple[TracePod, Placement]])
     allocated = firm_on_spot = flexible = flexible_on_spot = 0.0
     firm_pods = firm_pods_on_spot = 0
     for pod, placement in placed.values():
-        gpus = placed_gpus(inventory, placement)
+        gpus = placement_gpus(inventory, placement)
         allocated += gpus
         on_spot = bool(inventory.node_spot[inventory.index[placement.node]])
         if pod.request.interruptible:

@@ -29,13 +29,14 @@ from typing import TypedDict
 
 import numpy as np
 
+from gpupack.scoring.cost import placement_gpus
 from gpupack.scoring.decider import Decider
 from gpupack.scoring.facts import Placement
 from gpupack.scoring.geometry import resource_profile
 from gpupack.scoring.policies import PolicySpec
 from gpupack.scoring.request import Kind, PodRequest
 from gpupack.sim.packing_metrics import stranded_gpus
-from gpupack.sim.simulate import build_inventory, kind_label, placed_gpus, requested_gpus
+from gpupack.sim.simulate import build_inventory, kind_label, requested_gpus
 from gpupack.sim.workload import Trace, TracePod, gpu_count
 
 
@@ -166,14 +167,14 @@ class _Cluster:
 
     def commit(self, placement: Placement, end: float, order: int) -> None:
         self.inventory.commit(placement)
-        self.in_use += placed_gpus(self.inventory, placement)
+        self.in_use += placement_gpus(self.inventory, placement)
         heapq.heappush(self._leaving, (end, order, placement))
 
     def release_until(self, time: float) -> None:
         """Every pod that completes by `time` leaves."""
         while self._leaving and self._leaving[0][0] <= time:
             _, _, placement = heapq.heappop(self._leaving)
-            self.in_use -= placed_gpus(self.inventory, placement)
+            self.in_use -= placement_gpus(self.inventory, placement)
             self.inventory.release(placement)
 
 

@@ -9,6 +9,7 @@ import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from gpupack.scoring.cost import placement_gpus
 from gpupack.scoring.engine import Decision
 from gpupack.scoring.facts import MigMode, NodeFacts, Placement
 from gpupack.scoring.geometry import (
@@ -22,7 +23,6 @@ from gpupack.scoring.geometry import (
 )
 from gpupack.scoring.inventory import MAX_GPUS, Inventory
 from gpupack.scoring.request import MILLI_PER_GPU, Kind
-from gpupack.sim.simulate import placed_gpus
 from gpupack.sim.workload import TracePod
 
 
@@ -301,7 +301,7 @@ def cost_metrics(
         facts = inventory.facts[inventory.index[placement.node]]
         assert facts is not None
         if pods[name].request.interruptible:
-            gpus = placed_gpus(inventory, placement)
+            gpus = placement_gpus(inventory, placement)
             flexible_gpus += gpus
             flexible_gpus_on_spot += gpus if facts.spot else 0.0
         else:

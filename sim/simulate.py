@@ -11,10 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpupack.scoring import policies
+from gpupack.scoring.cost import placement_gpus
 from gpupack.scoring.decider import Decider
 from gpupack.scoring.engine import Decision
 from gpupack.scoring.facts import MigMode, NodeFacts, Placement
-from gpupack.scoring.geometry import SHAPE_COMPUTE, resolve_profile, resource_profile
+from gpupack.scoring.geometry import resource_profile
 from gpupack.scoring.inventory import Inventory
 from gpupack.scoring.mix import typical_mix
 from gpupack.scoring.policies import GpupackArgs, GpupackWeights, PolicySpec
@@ -103,23 +104,6 @@ def build_inventory(nodes: list[NodeFacts]) -> Inventory:
     return inventory
 
 
-def placed_gpus(inventory: Inventory, placement: Placement) -> float:
-    """GPUs a placement takes, in whole-GPU units (MIG: compute slices / the GPU's compute slices)."""
-    total = 0.0
-    model = inventory.models[int(inventory.node_model[inventory.index[placement.node]])]
-    for slot in placement.slots:
-        if slot.mig:
-            family = model.mig_family
-            assert family is not None
-            shape, _ = resolve_profile(family, slot.mig)
-            total += int(SHAPE_COMPUTE[shape]) / family.compute_total
-        elif slot.milli:
-            total += slot.milli / MILLI_PER_GPU
-        else:
-            total += 1.0
-    return total
-
-
 def requested_gpus(request: PodRequest, mig_compute_total: int = 7) -> float:
     """GPUs a request asks for, in whole-GPU units (MIG by compute slices of an 80 GB-family GPU)."""
     if request.kind == Kind.MIG:
@@ -164,7 +148,7 @@ def run_once(
             on_decision(pod, decision, inventory)
         if decision.placement is not None:
             inventory.commit(decision.placement)
-            allocated += placed_gpus(inventory, decision.placement)
+            allocated += placement_gpus(inventory, decision.placement)
             result.pods_scheduled += 1
             if keep_placements:
                 result.placements[pod.name] = decision.placement
