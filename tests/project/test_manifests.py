@@ -195,7 +195,13 @@ def test_cluster_file_is_a_v1_list() -> None:
 
 def test_namespaced_objects_live_in_gpupack_system() -> None:
     """Everything but the node agent, which has a namespace of its own that admits privileged pods."""
-    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+    cluster_scoped = {
+        "Namespace",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
     for obj_id, obj in _objects(_manifest_files()):
         if obj_id.startswith(AGENT_FILES):
             assert obj["kind"] in cluster_scoped or obj["metadata"]["namespace"] == AGENT_NAMESPACE, obj_id
