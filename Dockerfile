@@ -7,11 +7,16 @@
 # kube-scheduler, as uid 10001, with a read-only root filesystem and an emptyDir at /tmp.
 # BASE: any image with python/pip 3.11 on PATH and a writable site-packages; the e2e suite, which cannot
 # pull from a registry, builds one from Debian packages (tests/e2e/images.py: --build-arg BASE=localhost/...).
-ARG BASE=python:3.11-slim
+# Pinned by digest (a tag moves: the same build could get another base tomorrow). To move it, read the
+# tag's current digest (`docker buildx imagetools inspect python:3.11-slim`) and put it here.
+ARG BASE=python:3.11-slim@sha256:9c900dea9e8fb7e16277c179b555cc72d29a352dbc33cff48ad5a0412fd5bfc7
 
 FROM ${BASE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
+# the dependencies exactly as locked, each file checked against its hash (`make lock` writes the lock)
+COPY requirements.lock ./
+RUN pip wheel --wheel-dir /wheels --require-hashes -r requirements.lock
 # README.m[d]: pyproject.toml names README.md as the long description
 COPY pyproject.toml README.m[d] ./
 # one line per component of pyproject.toml's package-dir (tests/project/test_components.py holds them equal)
@@ -24,7 +29,7 @@ COPY sim/ sim/
 COPY harness/ harness/
 COPY report/ report/
 COPY bench/ bench/
-RUN pip wheel --wheel-dir /wheels .
+RUN pip wheel --wheel-dir /wheels --no-deps .
 
 FROM ${BASE}
 # The root filesystem is read-only in the cluster: numba's kernel cache goes
@@ -41,7 +46,7 @@ RUN groupadd --system --gid 10001 gpupack \
         --shell /usr/sbin/nologin gpupack
 COPY --from=build /wheels /wheels
 # no extras: matplotlib (the `bench` extra) is not in the image; byte-compile at build time: at run time site-packages is read-only
-RUN pip install --no-compile /wheels/*.whl && rm -rf /wheels \
+RUN pip install --no-index --no-compile /wheels/*.whl && rm -rf /wheels \
  && python -m compileall -q "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 # every kernel, compiled through the warm-up's real request path, into the seed cache
 RUN NUMBA_CACHE_DIR=/opt/gpupack/numba-cache python -c \

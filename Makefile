@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test quick e2e lint bench clean
+.PHONY: run test quick e2e lint bench lock clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ e2e: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) .ci/typecheck.py tests .ci/typecheck.py
+
+# requirements.lock: every runtime dependency of the image at one version, with the hashes of its files
+# (the Dockerfile installs with --require-hashes); run after changing pyproject.toml's dependencies
+lock: $(STAMP)
+	CUSTOM_COMPILE_COMMAND="make lock" $(PY) -m piptools compile -q --generate-hashes --strip-extras \
+		--no-emit-find-links --output-file requirements.lock pyproject.toml
 
 bench: $(STAMP)
 	$(VENV)/bin/gpupack bench
