@@ -116,6 +116,9 @@ def _report(sub: Subparsers) -> None:
     report.add_argument("--prometheus", help="Prometheus URL: DCGM utilisation of the allocated GPUs")
     report.add_argument("--window", default="1h", help="--prometheus: utilisation window (default 1h)")
     report.add_argument("--idle-below", type=float, default=10.0, help="--prometheus: idle under this %% (10)")
+    report.add_argument(
+        "--dcgm-selector", default="", help='--prometheus: the real DCGM exporter\'s labels, e.g. job="dcgm-exporter"'
+    )
     report.add_argument("--json", action="store_true", help="print one JSON object")
     report.add_argument("--html", help="also write a self-contained HTML page with plots to this file")
 

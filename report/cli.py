@@ -37,7 +37,9 @@ def run(args: argparse.Namespace) -> int:
             from gpupack.report.utilisation import UtilisationError, idle_gpus
 
             try:
-                report["utilisation"] = idle_gpus(args.prometheus, args.window, args.idle_below, report["pods"])
+                report["utilisation"] = idle_gpus(
+                    args.prometheus, args.window, args.idle_below, report["pods"], args.dcgm_selector
+                )
             except UtilisationError as exc:
                 raise ReportError(str(exc)) from None
     except (ReportError, SettingsError, SourceError, ValueError) as exc:

@@ -8,6 +8,12 @@ and `exported_container` unless `honorLabels` is set: both spellings are read. A
 of a pod the report sees holding GPUs is an allocated GPU (others, such as the exporter's own pod
 name on a GPU nobody holds, are only counted); it is idle when its average over the window is under
 the threshold.
+
+Any workload may publish series of that name (#26 low: a tenant's own exporter made a busy GPU look
+idle). So `--dcgm-selector` (label matchers such as `job="nvidia-dcgm-exporter"`) narrows the query to
+the real exporter; a series whose `Hostname` is not the node of the pod it names is ignored (counted);
+and where several series name one pod's GPU, the busiest counts: a second, idle-looking series cannot
+hide real work.
 """
 
 from __future__ import annotations
@@ -31,49 +37,68 @@ TIMEOUT_SECONDS = 30.0  # the whole answer, not each read: a server that drips b
 MAX_ANSWER_BYTES = 64 << 20
 READ_CHUNK = 1 << 16
 _WINDOW = re.compile(r"[0-9]+(ms|s|m|h|d|w|y)")
+_MATCHER = r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*'
+_SELECTOR = re.compile(rf"({_MATCHER}(,{_MATCHER})*)?")  # label matchers only: nothing else reaches PromQL
 
 
 class UtilisationError(GpupackError, ValueError):
     """Prometheus could not be asked, or answered something unusable; says which and why."""
 
 
-def idle_gpus(prometheus: str, window: str, idle_below_pct: float, pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def idle_gpus(
+    prometheus: str, window: str, idle_below_pct: float, pods: Sequence[Mapping[str, Any]], selector: str = ""
+) -> dict[str, Any]:
     """Allocated GPUs whose average utilisation over `window` is under `idle_below_pct`, by pod and
-    namespace; `pods` are the report's pods (`pod` "namespace/name", `node`), for the nodes."""
+    namespace; `pods` are the report's pods (`pod` "namespace/name", `node`), for the nodes; `selector`:
+    label matchers the DCGM series must also match."""
     if not _WINDOW.fullmatch(window):
         raise UtilisationError(f"--window {window!r} is not a Prometheus duration such as 30m, 1h or 7d")
-    series = query(prometheus, f"avg_over_time({UTILISATION_METRIC}[{window}])")
+    if not _SELECTOR.fullmatch(selector):
+        raise UtilisationError(f'--dcgm-selector {selector[:100]!r} is not label matchers such as job="dcgm-exporter"')
+    series = query(prometheus, f"avg_over_time({UTILISATION_METRIC}{{{selector}}}[{window}])")
     gpu_pods = {str(p["pod"]): str(p["node"]) for p in pods if p["gpus"] > 0}
-    idle: list[dict[str, Any]] = []
-    allocated = unknown = 0
+    busiest, unknown, elsewhere = _busiest_per_gpu(series, gpu_pods)
+    idle: list[dict[str, Any]] = [
+        {"namespace": key.split("/", 1)[0], "pod": key.split("/", 1)[1], "node": gpu_pods[key], "gpu": gpu,
+         "utilisation_pct": round(value, 2)}
+        for (key, gpu, _), value in busiest.items()
+        if value < idle_below_pct
+    ]  # fmt: skip
+    idle.sort(key=lambda g: (g["namespace"], g["pod"], g["gpu"]))
+    by_namespace: dict[str, int] = {}
+    for gpu_row in idle:
+        by_namespace[gpu_row["namespace"]] = by_namespace.get(gpu_row["namespace"], 0) + 1
+    return {
+        "prometheus": prometheus,
+        "window": window,
+        "selector": selector,
+        "idle_below_pct": idle_below_pct,
+        "allocated_gpus_seen": len(busiest),
+        "series_of_other_pods": unknown,
+        "series_from_other_nodes": elsewhere,
+        "idle_gpus": idle,
+        "idle_by_namespace": dict(sorted(by_namespace.items())),
+    }
+
+
+def _busiest_per_gpu(
+    series: Sequence[tuple[dict[str, str], float]], gpu_pods: Mapping[str, str]
+) -> tuple[dict[tuple[str, str, str], float], int, int]:
+    """(pod, GPU, instance) -> the highest value among its series; series of other pods; series whose
+    Hostname is not the pod's node."""
+    busiest: dict[tuple[str, str, str], float] = {}
+    unknown = elsewhere = 0
     for labels, value in series:
         key = _pod_of(labels)
         if key not in gpu_pods:
             unknown += bool(key)  # a pod gpupack does not see holding a GPU (or the exporter's own)
             continue
-        allocated += 1
-        if value < idle_below_pct:
-            namespace, pod = key.split("/", 1)
-            idle.append({
-                "namespace": namespace,
-                "pod": pod,
-                "node": gpu_pods[key],
-                "gpu": _gpu_name(labels),
-                "utilisation_pct": round(value, 2),
-            })  # fmt: skip
-    idle.sort(key=lambda g: (g["namespace"], g["pod"], g["gpu"]))
-    by_namespace: dict[str, int] = {}
-    for gpu in idle:
-        by_namespace[gpu["namespace"]] = by_namespace.get(gpu["namespace"], 0) + 1
-    return {
-        "prometheus": prometheus,
-        "window": window,
-        "idle_below_pct": idle_below_pct,
-        "allocated_gpus_seen": allocated,
-        "series_of_other_pods": unknown,
-        "idle_gpus": idle,
-        "idle_by_namespace": dict(sorted(by_namespace.items())),
-    }
+        if labels.get("Hostname", gpu_pods[key]) != gpu_pods[key]:
+            elsewhere += 1
+            continue
+        gpu = (key, _gpu_name(labels), labels.get("GPU_I_ID", ""))
+        busiest[gpu] = max(value, busiest.get(gpu, value))
+    return busiest, unknown, elsewhere
 
 
 def query(prometheus: str, promql: str) -> list[tuple[dict[str, str], float]]:

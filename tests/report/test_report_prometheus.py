@@ -183,3 +183,23 @@ def test_a_prometheus_answer_is_bounded_in_time_and_size(monkeypatch: pytest.Mon
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_tenants_own_series_cannot_make_a_busy_gpu_look_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """#26 low: any workload may publish DCGM-named series; the busiest of one GPU's series counts, a series
+    from another node is ignored, and the selector (label matchers only) narrows the query."""
+    asked: list[str] = []
+
+    def answer(prometheus: str, promql: str) -> list[tuple[dict[str, str], float]]:
+        asked.append(promql)
+        real = {"gpu": "0", "Hostname": "od-a", "namespace": "team-a", "pod": "p1"}
+        return [(real, 80.0), ({**real, "job": "tenant"}, 1.0), ({**real, "gpu": "1", "Hostname": "od-b"}, 0.0)]
+
+    monkeypatch.setattr(utilisation, "query", answer)
+    pods = [{"pod": "team-a/p1", "node": "od-a", "gpus": 1}]
+    found = utilisation.idle_gpus("http://p", "1h", 10.0, pods, 'job="dcgm-exporter"')
+    assert found["idle_gpus"] == [] and found["allocated_gpus_seen"] == 1 and found["series_from_other_nodes"] == 1
+    assert asked == ['avg_over_time(DCGM_FI_DEV_GPU_UTIL{job="dcgm-exporter"}[1h])']
+    for forged in ['job="x"}[1h]) or vector(1) #', "job=x", 'job="a",']:
+        with pytest.raises(utilisation.UtilisationError, match="--dcgm-selector"):
+            utilisation.idle_gpus("http://p", "1h", 10.0, pods, forged)
