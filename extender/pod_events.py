@@ -7,8 +7,11 @@
   bind since it was created or last bound, with the reason; then at most once every
   `WARNING_INTERVAL_SECONDS` while it keeps failing. The same note again is counted on the event
   already written (its `series`, a merge patch, as client-go's event recorder does); another note is
-  a new event. The failure count of at most `TRACKED_PODS` pods is kept (least recently failed
-  forgotten first); a bind or the pod's deletion forgets it.
+  a new event. The failure count of at most `TRACKED_PODS` pods is kept; a bind or the pod's deletion
+  forgets it. When that many are tracked, a pod that has not failed for `STALE_SECONDS` makes room,
+  else the new pod's failure is not counted (gpupack_event_failures{reason="untracked"}, logged once):
+  dropping the least recently failed instead would, with more pods failing in turn than are tracked,
+  forget each before its next failure, and no pod would ever be warned.
 
 Events are events.k8s.io/v1 objects written through the cluster writer (a cluster file only logs
 them). They never block or fail a bind and are never written under the decision lock: an event is
@@ -42,6 +45,7 @@ REPEATED_FAILURES = 3  # failed filters or binds in a row before a Warning
 WARNING_INTERVAL_SECONDS = 60.0  # at most one Warning per pod this often
 QUEUE_LIMIT = 1000  # events waiting to be written
 TRACKED_PODS = 10_000  # pods whose failures are counted
+STALE_SECONDS = 900.0  # kube-scheduler retries an unschedulable pod at least every 5 minutes
 NOTE_LIMIT = 1024  # bytes: the API server refuses a longer note
 NAME_LIMIT = 253  # an Event's name is a DNS subdomain
 TOP_REASONS = 3  # reasons named in a FailedAssignment note
@@ -60,6 +64,7 @@ class EventFailure(StrEnum):
 
     QUEUE_FULL = "queue-full"  # more events waiting than QUEUE_LIMIT: dropped
     WRITE = "write"  # the API server refused or failed the write
+    UNTRACKED = "untracked"  # a failure of a pod beyond TRACKED_PODS: not counted towards a Warning
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,7 @@ class _Failing:
     """One pod's failures since it was created or last bound, and its last Warning."""
 
     failures: int = 0
+    last_failed: float = 0.0
     reported_at: float | None = None
     note: str = ""
     event: str = ""  # name of the Warning event that holds `note`
@@ -184,12 +190,14 @@ class PodEvents:
     def failed(self, pod: PodRef, why: Callable[[], str]) -> None:
         """A filter or bind of the pod failed; `why()` (called only when a Warning is due) gives the note."""
         with self._lock:
-            track = self._failing.pop(pod.ident, None) or _Failing()
-            self._failing[pod.ident] = track  # the most recent last
-            if len(self._failing) > TRACKED_PODS:
-                self._failing.popitem(last=False)
-            track.failures += 1
             now = self._clock()
+            track = self._failing.pop(pod.ident, None) or self._room(now)
+            if track is None:
+                self._untracked()
+                return
+            self._failing[pod.ident] = track  # the most recent last
+            track.failures += 1
+            track.last_failed = now
             due = track.failures >= REPEATED_FAILURES and (
                 track.reported_at is None or now - track.reported_at >= WARNING_INTERVAL_SECONDS
             )
@@ -208,6 +216,20 @@ class PodEvents:
                 track.note, track.event, track.count = note, body["metadata"]["name"], 1
                 write = _Write(pod.namespace, body)
         self._put(write)
+
+    def _room(self, now: float) -> _Failing | None:
+        """A new pod's track: None when `TRACKED_PODS` are tracked and none is stale (under the lock)."""
+        if len(self._failing) >= TRACKED_PODS:
+            oldest = next(iter(self._failing.values()))
+            if now - oldest.last_failed < STALE_SECONDS:
+                return None
+            self._failing.popitem(last=False)
+        return _Failing()
+
+    def _untracked(self) -> None:
+        if not self.failures[EventFailure.UNTRACKED]:
+            logger.warning("more than %d pods keep failing: the failures of the others are not counted", TRACKED_PODS)
+        self.failures[EventFailure.UNTRACKED] += 1
 
     def forget(self, ident: str) -> None:
         """The pod is gone: its failures are no longer counted."""

@@ -265,8 +265,23 @@ def test_without_a_writer_nothing_is_queued() -> None:
 
 def test_the_failures_of_at_most_tracked_pods_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pod_events, "TRACKED_PODS", 100)
-    events = PodEvents(lambda: None)
+    now = [0.0]
+    events = PodEvents(lambda: None, clock=lambda: now[0])
     for i in range(250):
         events.failed(PodRef("default", f"p{i}", f"uid-{i}"), lambda: "why")
     failing = events.failing()
-    assert len(failing) == 100 and "uid-249" in failing and "uid-0" not in failing  # the oldest forgotten
+    assert len(failing) == 100 and "uid-0" in failing and "uid-249" not in failing  # the newest not counted
+    assert events.counts()[1] == {"untracked": 150}
+    now[0] = pod_events.STALE_SECONDS  # the first ones stopped failing long ago: they make room
+    events.failed(PodRef("default", "p249", "uid-249"), lambda: "why")
+    assert "uid-249" in events.failing() and "uid-0" not in events.failing()
+
+
+def test_more_pods_failing_in_turn_than_are_tracked_still_get_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """#26 low: forgetting the least recently failed forgot every pod before its next failure: no Warning."""
+    monkeypatch.setattr(pod_events, "TRACKED_PODS", 100)
+    events = PodEvents(lambda: None)
+    for _ in range(REPEATED_FAILURES):
+        for i in range(150):
+            events.failed(PodRef("default", f"p{i}", f"uid-{i}"), lambda: "why")
+    assert sum(1 for failures in events.failing().values() if failures >= REPEATED_FAILURES) == 100
