@@ -24,6 +24,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis.internal.conjecture import providers as hypothesis_providers
+from hypothesis.internal.floats import float_to_int
 
 from gpupack.scoring.engine import Decision, Engine
 from gpupack.scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
@@ -476,24 +478,43 @@ def run_stream(
     assert_same_arrays(empty, snapshot(inv), ignore=COUNTERS)
 
 
-# fewest decisions per path in one policy's 150 examples (derandomized, ~700 decisions per policy: share
-# 122, whole GPUs 116-126, static MIG 7 and more, dynamic MIG 18-30, CPU only 120, infeasible ~30 %), so
-# a generator change that starves a path fails here instead of passing quietly. Static MIG: 3, not 5 —
-# in full-suite runs the derandomized examples are not always the same (two runs of 2026-11-27 drew
-# 625 decisions with 4 static MIG for gpupack-tuned; the same test alone draws its usual set), a cause
-# not yet found: the floor guards against a starved path, every decision is still held to the reference
+# fewest decisions per path in one policy's 150 examples (derandomized, ~600-700 decisions per policy:
+# share 112-122, whole GPUs 60-125, static MIG 5-7, dynamic MIG 18-30, CPU only 107-121, infeasible
+# 30-50 %), so a generator change that starves a path fails here instead of passing quietly. The examples
+# are the same in every run only without Hypothesis's pool of constants from loaded modules (the
+# `no_local_constants` fixture): with it, the full suite, which imports every module, drew other ones
+# (625 decisions, 4 static MIG for gpupack-tuned) than this file alone.
 MIN_PATHS = {
     "share": 25,
     "whole GPUs": 25,
-    "static MIG": 3,
+    "static MIG": 5,
     "dynamic MIG": 15,
     "CPU only": 30,
     "infeasible": 20,
 }
 
+# most requests fit somewhere; gpupack-tuned forbids spot nodes to the non-interruptible pods, about half
+# of the generated nodes, and half of its requests (303 of 606) find no node
+MOST_INFEASIBLE = {"gpupack-tuned": 0.6}
+
+
+@pytest.fixture
+def no_local_constants(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hypothesis mixes constants found in the loaded local modules into what it draws (5 % of draws), so
+    a derandomized run still drew other examples when the whole suite had imported more of gpupack: the
+    per-path floors below then failed or held by luck. Without that pool the examples depend on the seed
+    alone. A private hook: if a Hypothesis release moves it, this fails loudly rather than go random."""
+    assert callable(hypothesis_providers._get_local_constants), "hypothesis moved _get_local_constants"
+    sorted_set = hypothesis_providers.SortedSet
+    empty = hypothesis_providers.Constants(
+        integers=sorted_set(), floats=sorted_set(key=float_to_int), bytes=sorted_set(), strings=sorted_set()
+    )
+    monkeypatch.setattr(hypothesis_providers, "_get_local_constants", lambda: empty)
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("policy_name", ALL_POLICIES)
+@pytest.mark.usefixtures("no_local_constants")
 def test_engine_matches_reference(policy_name: str) -> None:
     paths: Counter[str] = Counter()
 
@@ -509,7 +530,7 @@ def test_engine_matches_reference(policy_name: str) -> None:
     agree()
     short = {path: paths[path] for path, least in MIN_PATHS.items() if paths[path] < least}
     assert not short, f"paths reached too rarely: {short} of {dict(paths)}"
-    assert paths["infeasible"] < 0.5 * paths.total(), dict(paths)  # most requests fit somewhere
+    assert paths["infeasible"] < MOST_INFEASIBLE.get(policy_name, 0.5) * paths.total(), dict(paths)
 
 
 @pytest.mark.slow
