@@ -32,3 +32,21 @@ PODRESOURCES_ERRORS = Counter(
     "gpupack_agent_podresources_errors", "Failed podresources List calls to the kubelet", registry=REGISTRY
 )
 
+UNHEALTHY_GPUS = Gauge(
+    "gpupack_agent_unhealthy_gpus",
+    "GPUs whose devices are advertised Unhealthy, by why: lost (NVML: GPU is lost), xid (a critical XID), "
+    "cordoned (gpupack.io/cordoned-gpus)",
+    ("reason",),
+    registry=REGISTRY,
+)
+XID_EVENTS = Counter(
+    "gpupack_agent_xid_events",
+    "XID events NVML reported, by verdict: critical (the GPU is unhealthy), application, handled (nothing changes)",
+    ("verdict",),
+    registry=REGISTRY,
+)
+CORDON_ENTRIES_INVALID = Gauge(
+    "gpupack_agent_cordon_entries_invalid",
+    "Entries of gpupack.io/cordoned-gpus that name no GPU of this node (ignored)",
+    registry=REGISTRY,
+)

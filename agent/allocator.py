@@ -4,24 +4,33 @@ One `Allocator` serves every resource of the node under one lock (the kubelet ad
 time anyway). For a container request of N devices of a resource, the candidates are the unallocated
 claims (see `agent.claims`) asking for N. The claim whose assigned devices equal the kubelet's chosen
 ones is taken (the kubelet takes the preferred allocation it was given); among several, the oldest
-pod. No such claim: an `AllocationError` that names the pods — never another GPU. Which devices serve
-a claim, and what its container gets, the resource's kind says (`agent.device_kind`).
+pod; failing that, a claim whose pod's other slots are the kubelet's choice (it hands out an init
+container's devices in map order). A claim already served (`agent.ledger`, rebuilt from podresources
+after a restart) is never taken again, nor a claim naming a whole GPU or MIG instance another pod was
+served. No such claim: an `AllocationError` — never another GPU. Its message reaches the refused pod's
+events, so it names no other pod; the agent's log does. Which devices serve a claim, and what its
+container gets, the resource's kind says (`agent.device_kind`).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpupack.agent.blocked_slots import Refusals
 from gpupack.agent.claim import Claim
-from gpupack.agent.claims import claims_for, describe
+from gpupack.agent.claims import claims_for, describe, describe_counts
 from gpupack.agent.device_kind import AllocationError, ContainerGrant, Host
 from gpupack.agent.devices import Offer, offers
+from gpupack.agent.ledger import Ledger, live_uids
 from gpupack.agent.node_gpus import NodeGpus
 from gpupack.agent.nvml import Nvml
-from gpupack.agent.pods import PodLister
+from gpupack.agent.podresources import HeldDevices
+from gpupack.agent.pods import Pod, PodLister
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -40,7 +49,7 @@ class Allocator:
     nvml: Nvml
     pods: PodLister
     read_gpus: Callable[[], NodeGpus]
-    allocated: dict[tuple[str, str, str], tuple[str, ...]] = field(default_factory=dict)
+    ledger: Ledger = field(default_factory=Ledger)
     refusals: Refusals = field(default_factory=Refusals)  # reported to gpupack serve (devices-in-use)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -50,7 +59,7 @@ class Allocator:
             offer = offers(self.read_gpus()).get(resource)
             if offer is None:
                 return []
-            for claim in self._open_claims(resource, size):
+            for claim in self._open_claims(resource, size, self.pods.pods_on_node()):
                 wanted = offer.kind.serving_ids(claim, offer.devices, set(available))
                 if wanted is not None and set(must_include) <= set(wanted):
                     return wanted
@@ -61,28 +70,56 @@ class Allocator:
         with self.lock:
             gpus = self.read_gpus()
             offer = offers(gpus).get(resource)
-            candidates = self._open_claims(resource, len(device_ids))
+            pods = self.pods.pods_on_node()
+            candidates = self._open_claims(resource, len(device_ids), pods)
             claim = _matching(offer, candidates, set(device_ids)) if offer else None
             if offer is None or claim is None:
-                everything = claims_for(self.pods.pods_on_node(), self.node, resource)
-                reason = _mismatch(resource, device_ids, candidates)
-                raise AllocationError(reason or describe(everything, resource, len(device_ids)))
+                raise self._refusal(resource, device_ids, candidates, pods)
+            taken = self.ledger.taken_by_others(claim, live_uids(pods))
+            if taken:
+                log.warning("refused %s for pod %s: other pods were served %s", resource, claim.pod, taken)
+                raise AllocationError(f"pod {claim.pod}: its assignment names {resource} devices another pod holds")
             grant = offer.kind.grant(claim, Host(self.node, self.nvml, gpus, self.pods, self.refusals))
-            self.allocated[claim.key] = tuple(device_ids)
+            self.ledger.record(claim)
             return ContainerAllocation(grant, claim)
 
-    def _open_claims(self, resource: str, amount: int) -> list[Claim]:
-        claims = claims_for(self.pods.pods_on_node(), self.node, resource).claims
-        return [c for c in claims if c.amount == amount and c.key not in self.allocated]
+    def remember(self, held: Iterable[HeldDevices], gpus: NodeGpus) -> None:
+        """Merge what podresources says the kubelet handed out into the ledger (pods listed under the lock,
+        so that a claim served since the caller's own list is not taken for a gone pod)."""
+        with self.lock:
+            self.ledger.merge(held, self.pods.pods_on_node(), gpus)
+
+    def _open_claims(self, resource: str, amount: int, pods: list[Pod]) -> list[Claim]:
+        claims = claims_for(pods, self.node, resource).claims
+        return [c for c in claims if c.amount == amount and c.key not in self.ledger]
+
+    def _refusal(
+        self, resource: str, device_ids: Sequence[str], candidates: list[Claim], pods: list[Pod]
+    ) -> AllocationError:
+        """The error for the kubelet (counts only), with the pods named in the agent's log."""
+        everything = claims_for(pods, self.node, resource)
+        detail = _mismatch(resource, device_ids, candidates) or describe(everything, resource, len(device_ids))
+        log.warning("Allocate %s %s refused: %s", resource, sorted(device_ids)[:4], detail)
+        if candidates:
+            return AllocationError(
+                f"the kubelet chose {len(device_ids)} {resource} device(s) that no waiting pod's assignment names "
+                f"({len(candidates)} waiting with that amount); refusing rather than handing other devices "
+                "(the gpupack agent's log names the pods)"
+            )
+        return AllocationError(describe_counts(everything, resource, len(device_ids)))
 
 
 def _matching(offer: Offer, candidates: list[Claim], chosen: set[str]) -> Claim | None:
-    """The first candidate whose devices are exactly the kubelet's chosen ones."""
-    for claim in candidates:
-        wanted = offer.kind.serving_ids(claim, offer.devices, chosen)
-        if wanted is not None and set(wanted) == chosen:
-            return claim
-    return None
+    """The first candidate whose devices are exactly the kubelet's chosen ones; else the first whose pod's
+    other slots are (with those slots)."""
+    exact = (claim for claim in candidates if _serves(offer, claim, chosen))
+    others = (other for claim in candidates for other in claim.others_of_pod() if _serves(offer, other, chosen))
+    return next(exact, None) or next(others, None)
+
+
+def _serves(offer: Offer, claim: Claim, chosen: set[str]) -> bool:
+    wanted = offer.kind.serving_ids(claim, offer.devices, chosen)
+    return wanted is not None and set(wanted) == chosen
 
 
 def _mismatch(resource: str, device_ids: Sequence[str], candidates: list[Claim]) -> str | None:

@@ -42,6 +42,11 @@ class Refusals:
         with self._lock:
             self._seen.pop(slot, None)
 
+    def freed(self, gpu: int) -> None:
+        """An instance on `gpu` was destroyed: what NVML refused there may fit now (the next Allocate tells)."""
+        with self._lock:
+            self._seen = {s: seen for s, seen in self._seen.items() if s.index != gpu}
+
     def current(self) -> list[Blocked]:
         """Refusals younger than the TTL (older ones are forgotten)."""
         now = self.clock()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, replace
 
 from gpupack.scoring.facts import GpuSlot
+
+ClaimKey = tuple[str, str, str]  # (pod UID, container, resource)
 
 
 @dataclass(frozen=True)
@@ -12,7 +15,7 @@ class Ask:
     """How many devices of one resource one container asks for; init containers are dealt apart."""
 
     amount: int
-    init: bool = False
+    init: bool = False  # an init container that runs to completion (not a sidecar): later ones reuse its devices
 
 
 @dataclass(frozen=True)
@@ -28,11 +31,23 @@ class Claim:
     slots: tuple[GpuSlot, ...]
 
     @property
-    def key(self) -> tuple[str, str, str]:
+    def key(self) -> ClaimKey:
         """Identity in the agent's ledger of allocated claims."""
         return (self.uid, self.container, self.resource)
 
     bound: int = 0  # metadata.resourceVersion: for a pod not yet admitted, that of its binding
+    pod_slots: tuple[GpuSlot, ...] = ()  # all the pod's slots of this resource (see `others_of_pod`)
+
+    def others_of_pod(self, limit: int = 256) -> list[Claim]:
+        """The claim with its slots replaced by each other choice of as many of its pod's slots.
+
+        The kubelet hands a container its pod's init-container devices first, in map order (not the
+        preferred ones), so a container may get any of its pod's devices rather than the ones dealt to it.
+        Bounded by `limit`: a pod has a node's GPUs at most.
+        """
+        choices = itertools.combinations(dict.fromkeys(self.pod_slots), len(self.slots))
+        others = (replace(self, slots=slots) for slots in choices if set(slots) != set(self.slots))
+        return list(itertools.islice(others, limit))
 
     @property
     def order(self) -> tuple[str, int, str]:

@@ -3,9 +3,9 @@
 A *claim* is one container's share of its pod's `gpupack.io/assignment` for one resource. Candidates
 are the pods bound to this node that are not running yet (phase Pending, not being deleted). The kind
 that the resource is a name of (`agent.kinds`) picks the pod's slots of that resource and deals them to
-the containers (`DeviceKind.split`): by default in `spec.containers` order, each taking as many as it
-asks for, an init container the first ones (the kubelet lets later containers reuse an init container's
-devices); a share slot goes to every container that asks for milli, each with its own amount. See
+the containers (`DeviceKind.split`): by default in container order, as the kubelet hands devices out
+(`device_kind.deal_in_order`: later containers reuse an init container's devices, not a sidecar's); a
+share slot goes to every container that asks for milli, each with its own amount. See
 docs/agent.md for how two candidates with the same request are told apart.
 """
 
@@ -60,7 +60,7 @@ def claims_for(pods: Iterable[Mapping[str, Any]], node: str, resource: str) -> C
 def _pod_claims(pod: Mapping[str, Any], resource: str) -> list[Claim]:
     spec = pod.get("spec") or {}
     asks = [
-        (container, Ask(_asked(container, role, resource), role == "init container"))
+        (container, Ask(_asked(container, role, resource), role == "init container" and not _sidecar(container)))
         for key, role in (("initContainers", "init container"), ("containers", "container"))
         for container in spec.get(key) or []
     ]
@@ -82,10 +82,16 @@ def _pod_claims(pod: Mapping[str, Any], resource: str) -> list[Claim]:
     created = str(metadata.get("creationTimestamp") or "")
     version = str(metadata.get("resourceVersion") or "")
     bound = int(version) if version.isdigit() else 0
+    uid, pod_slots = pod_uid(pod), tuple(slots)
     return [
-        Claim(key, pod_uid(pod), str(container.get("name")), created, resource, ask.amount, mine, bound)
+        Claim(key, uid, str(container.get("name")), created, resource, ask.amount, mine, bound, pod_slots)
         for (container, ask), mine in zip(asks, dealt, strict=True)
     ]
+
+
+def _sidecar(container: Mapping[str, Any]) -> bool:
+    """An init container that keeps running beside the app containers; the kubelet does not reuse its devices."""
+    return container.get("restartPolicy") == "Always"
 
 
 def _asked(container: Mapping[str, Any], role: str, resource: str) -> int:
@@ -102,10 +108,24 @@ def _asked(container: Mapping[str, Any], role: str, resource: str) -> int:
         raise RequestError(f'{role} "{container.get("name", "?")}" {resource}: {exc}') from None
 
 
+def _no_claim(resource: str, amount: int) -> str:
+    return f"no pod bound to this node and not yet running holds a gpupack.io/assignment for {amount} {resource}"
+
+
 def describe(claims: Claims, resource: str, amount: int) -> str:
-    """Why no claim fits, naming the waiting pods, for an allocation error."""
+    """Why no claim fits, naming the waiting pods, for the agent's log."""
     waiting_pods = ", ".join(f"{c.pod} ({c.container}: {c.amount})" for c in claims.claims) or "none"
-    reason = f"no pod bound to this node and not yet running holds a gpupack.io/assignment for {amount} {resource}"
     problems = "; ".join(claims.problems)
-    return f"{reason} in one container; waiting claims: {waiting_pods}" + (f"; {problems}" if problems else "")
+    return f"{_no_claim(resource, amount)} in one container; waiting claims: {waiting_pods}" + (
+        f"; {problems}" if problems else ""
+    )
+
+
+def describe_counts(claims: Claims, resource: str, amount: int) -> str:
+    """Why no claim fits, for the refused pod's events: counts only, since other tenants' pods wait too."""
+    unread = f"; {len(claims.problems)} with a missing or unreadable one" if claims.problems else ""
+    return (
+        f"{_no_claim(resource, amount)} in one container ({len(claims.claims)} waiting claim(s) for {resource}"
+        f"{unread}; the gpupack agent's log names them)"
+    )
 

@@ -107,16 +107,25 @@ class DeviceKind(ABC):
 
 
 def deal_in_order(slots: Sequence[GpuSlot], asks: Sequence[Ask]) -> list[tuple[GpuSlot, ...]] | None:
-    """Containers take `amount` slots each in order; an init container takes the first ones (later ones reuse
-    them, as the kubelet lets them). None when there are too few slots."""
-    dealt, out = 0, []
+    """Deal as the kubelet hands devices out, in container order; None when there are too few slots.
+
+    A container first reuses the slots of the init containers that ran before it, then takes new ones
+    in order. An init container's slots become reusable; an app container's or a sidecar's (an init
+    container with `restartPolicy: Always`, which keeps running) are its own from then on. The kubelet
+    picks reused devices in map order, so a container may get others of its pod's (`Claim.others_of_pod`).
+    """
+    fresh_from = 0
+    reusable: list[GpuSlot] = []
+    out: list[tuple[GpuSlot, ...]] = []
     for ask in asks:
-        first = 0 if ask.init else dealt
-        mine = tuple(slots[first : first + ask.amount])
-        dealt += 0 if ask.init else ask.amount
+        mine = reusable[: ask.amount]
+        fresh = list(slots[fresh_from : fresh_from + ask.amount - len(mine)])
+        fresh_from += len(fresh)
+        mine += fresh
         if len(mine) != ask.amount:
             return None
-        out.append(mine)
+        reusable = list(dict.fromkeys(reusable + mine)) if ask.init else [s for s in reusable if s not in mine]
+        out.append(tuple(mine))
     return out
 
 

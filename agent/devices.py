@@ -6,7 +6,8 @@ belongs to the one kind that advertises it on this node.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 
 from gpupack.agent.device_kind import DeviceKind
 from gpupack.agent.kinds import registered
@@ -42,3 +43,11 @@ def offers(node: NodeGpus) -> dict[str, Offer]:
 def advertised(node: NodeGpus) -> dict[str, list[Device]]:
     """Resource name -> devices, for every resource this node advertises (empty lists dropped)."""
     return {resource: offer.devices for resource, offer in offers(node).items()}
+
+
+def with_health(devices: dict[str, list[Device]], out_of_service: Collection[int]) -> dict[str, list[Device]]:
+    """The same devices, those on a GPU in `out_of_service` marked unhealthy (whatever their kind)."""
+    return {
+        resource: [replace(d, healthy=False) if d.gpu in out_of_service else d for d in listed]
+        for resource, listed in devices.items()
+    }

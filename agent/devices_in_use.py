@@ -14,8 +14,13 @@ is nothing to tell. Value (slots spelled as in `gpupack.io/assignment`):
   destroy; and on a node that is not dynamic MIG, a whole GPU whose MIG mode is on with no instance on it
   (an operator turned MIG on and made none yet): nothing on it can be handed out, and `gpupack serve`
   would otherwise count it a whole GPU.
-A slot that a live pod's assignment on this node names is left out of both: `gpupack serve` already
-charges it to that pod, and when that pod goes, the annotation changes and serve charges the rest.
+A whole GPU or MIG slot that a live pod's assignment on this node names is left out of both: `gpupack
+serve` already charges it to that pod, and when that pod goes, the annotation changes and serve charges
+the rest. A share is kept: another pod's equal share on that GPU is that pod's, not this one's.
+- `blocked` also holds each GPU out of service (`excluded`: unhealthy — a critical XID, lost — or named
+  by `gpupack.io/cordoned-gpus`) as a whole-GPU slot with a reason starting `unhealthy:` or
+  `cordoned:`, kept even while a live pod's assignment names the GPU: serve then places nothing more on
+  any part of that GPU, now or when its pods end (kube.node_usage).
 """
 
 from __future__ import annotations
@@ -35,11 +40,19 @@ from gpupack.kube.node_usage import MAX_REASON
 from gpupack.scoring.facts import GpuSlot
 
 
-def devices_in_use(discrepancies: Iterable[Discrepancy], blocked: Iterable[Blocked], named: set[GpuSlot]) -> str | None:
-    """The annotation's value (compact JSON), None when there is nothing beyond the assignments."""
-    pods = {d.pod: [s for s in d.extra if s not in named] for d in discrepancies}
+def devices_in_use(
+    discrepancies: Iterable[Discrepancy],
+    blocked: Iterable[Blocked],
+    named: set[GpuSlot],
+    excluded: Iterable[Blocked] = (),
+) -> str | None:
+    """The annotation's value (compact JSON), None when there is nothing beyond the assignments.
+
+    `excluded`: whole GPUs out of service, listed whatever the pods hold (their reason wins over a block).
+    """
+    pods = {d.pod: [s for s in d.extra if s.milli or s not in named] for d in discrepancies}
     held = {slot for slots in pods.values() for slot in slots}
-    unique = {b.slot: b for b in blocked if b.slot not in named | held}
+    unique = {b.slot: b for b in blocked if b.slot not in named | held} | {b.slot: b for b in excluded}
     value: dict[str, object] = {"pods": {p: [s.to_json() for s in slots] for p, slots in sorted(pods.items()) if slots}}
     value["blocked"] = [  # serve refuses a longer reason, and with it the whole annotation
         {**b.slot.to_json(), "reason": b.reason[:MAX_REASON]}

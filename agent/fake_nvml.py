@@ -7,6 +7,11 @@ create is refused, with NVML's error string, when MIG is off, the profile does n
 placement is not one of the profile's, it overlaps an instance, or the profile's instance limit is
 reached (that limit is 1 for `1g.10gb+me`: one media-extension instance per GPU).
 
+Health as NVML shows it: a GPU in `lost` answers `GPU is lost` where RealNvml's NVML call would (queries
+RealNvml tolerates answer as RealNvml does: no NVLinks, MIG off); `raise_xid` is the driver reporting an
+XID, delivered once by `next_xid`, and only after `watch_xids` registered the GPU (NVML keeps no past
+events).
+
 `agent.fake_nvml_file` keeps a `FakeNvml` in a JSON file (`gpupack agent --fake-nvml`, GPU-less clusters).
 """
 
@@ -14,12 +19,22 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpupack.agent.kind_dynamic_mig import profile_bounds
-from gpupack.agent.nvml import NVLINK_REMOTE_GPU, NVLINK_REMOTE_SWITCH, GpuInfo, MigInstance, NvLink, NvmlError
+from gpupack.agent.nvml import (
+    GPU_IS_LOST,
+    NVLINK_REMOTE_GPU,
+    NVLINK_REMOTE_SWITCH,
+    GpuInfo,
+    MigInstance,
+    NvLink,
+    NvmlError,
+    XidEvent,
+)
 from gpupack.scoring.geometry import SHAPES, resolve_profile, slice_bits
 from gpupack.scoring.gpu_models import lookup_model
 
@@ -80,6 +95,9 @@ class FakeNvml:
         self.destroyed: list[tuple[int, str, int]] = []
         self.busy: set[tuple[int, int]] = set()  # (gpu, start) of instances a process uses: destroy refused
         self.mig_serial = 0  # MIG instances created so far: a new instance's UUID derives from it
+        self.lost_gpus: set[int] = set()  # GPUs NVML answers `GPU is lost` for
+        self.watched: set[int] = set()  # GPUs registered for critical XID events
+        self._xids: deque[XidEvent] = deque()  # reported, not yet waited for
 
     @classmethod
     def from_capture(cls, path: Path, *, mig_enabled: bool | None = None, cpu_numa: tuple[int, ...] = (0,)) -> FakeNvml:
@@ -129,22 +147,24 @@ class FakeNvml:
         return [gpu.info for gpu in self.devices]
 
     def nvlinks(self, gpu: int) -> list[NvLink]:
-        return list(self._gpu(gpu).links)
+        return [] if gpu in self.lost_gpus else list(self._gpu(gpu).links)
 
     def numa_node(self, gpu: int) -> int | None:
         return self._gpu(gpu).numa
 
     def cpu_affinity_numa_nodes(self, gpu: int) -> tuple[int, ...]:
-        return self._gpu(gpu).cpu_numa
+        return self._alive(gpu).cpu_numa
 
     def mig_enabled(self, gpu: int) -> bool:
-        return self._gpu(gpu).mig_enabled
+        return self._gpu(gpu).mig_enabled and gpu not in self.lost_gpus
 
     def mig_instances(self, gpu: int) -> list[MigInstance]:
+        if not self.mig_enabled(gpu):
+            return []
         return [self._gpu(gpu).instances[start] for start in sorted(self._gpu(gpu).instances)]
 
     def create_mig(self, gpu: int, profile: str, start: int) -> MigInstance:
-        device = self._gpu(gpu)
+        device = self._alive(gpu)
         self._check_create(device, profile, start)
         self.mig_serial += 1
         mig_uuid = f"MIG-{uuid.uuid5(_FAKE_NAMESPACE, f'{device.info.uuid}/{start}/{self.mig_serial}')}"
@@ -165,7 +185,7 @@ class FakeNvml:
         return instance
 
     def destroy_mig(self, gpu: int, start: int) -> None:
-        device = self._gpu(gpu)
+        device = self._alive(gpu)
         if start not in device.instances:
             raise NvmlError(f"Not Found: no GPU instance starts at slice {start} on GPU {gpu}")
         if (gpu, start) in self.busy:
@@ -173,11 +193,35 @@ class FakeNvml:
         instance = device.instances.pop(start)
         self.destroyed.append((gpu, instance.profile, start))
 
+    def watch_xids(self) -> dict[int, str]:
+        refused = {gpu: GPU_IS_LOST for gpu in sorted(self.lost_gpus)}
+        self.watched |= {gpu.info.index for gpu in self.devices} - set(refused)
+        return refused
+
+    def next_xid(self, timeout_ms: int) -> XidEvent | None:
+        return self._xids.popleft() if self._xids else None
+
+    def lost(self, gpu: int) -> bool:
+        self._gpu(gpu)
+        return gpu in self.lost_gpus
+
+    # --- the driver's side: what happens to a GPU
+    def raise_xid(self, gpu: int, xid: int) -> None:
+        """The driver reports XID `xid` on `gpu`: an event for `next_xid` if the GPU is watched."""
+        if gpu in self.watched:
+            self._xids.append(XidEvent(gpu, xid))
+
     # --- rules
     def _gpu(self, gpu: int) -> FakeGpu:
         if not 0 <= gpu < len(self.devices):
             raise NvmlError(f"Invalid Argument: no GPU {gpu}")
         return self.devices[gpu]
+
+    def _alive(self, gpu: int) -> FakeGpu:
+        device = self._gpu(gpu)
+        if gpu in self.lost_gpus:
+            raise NvmlError(f"{GPU_IS_LOST}: GPU {gpu}")
+        return device
 
     @staticmethod
     def _check_create(device: FakeGpu, profile: str, start: int) -> None:

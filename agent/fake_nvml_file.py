@@ -14,7 +14,8 @@ start. The rules are `agent.fake_nvml.FakeNvml`'s (NVML's placements and instanc
       "numa": [0, 1],
       "instances": [{"gpu": 0, "profile": "3g.40gb", "start": 4},
                     {"gpu": 0, "profile": "1g.10gb+me", "start": 0, "uuid": "MIG-..."}],
-      "mig_serial": 0
+      "mig_serial": 0,
+      "xid_events": [{"gpu": 1, "xid": 79}]
     }
 
 - `gpus` (required, by NVML index): `name` as NVML names the GPU (a product of
@@ -30,8 +31,16 @@ start. The rules are `agent.fake_nvml.FakeNvml`'s (NVML's placements and instanc
   every instance back with its UUID.
 - `mig_serial` (written by the agent): MIG instances created so far; a new instance's UUID derives
   from it, so an instance created again gets a new UUID, as on real hardware.
+- Health, as NVML shows it (`FakeNvml`): `"lost": true` on a GPU makes NVML answer `GPU is lost` for it;
+  `xid_events` (optional) is a log of XIDs the driver reported, `{"gpu": index, "xid": code}`, appended
+  to by a test: each one appended after the agent registered for events is delivered once by
+  `next_xid`; those already in the file at start are past, as NVML never delivers events from before
+  registration.
 
-Unknown keys are errors. The agent reads the file once, at start: edit it while the agent is stopped.
+Unknown keys are errors. The agent reads the file at start; edit it while the agent is stopped, except
+the health keys (`lost`, `xid_events`), which it reads again whenever it asks NVML about health (a
+re-read that is malformed is logged and changes nothing). It writes the file back with the health keys
+of the moment.
 """
 
 from __future__ import annotations
@@ -39,22 +48,26 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import stat
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeGuard
 
 from gpupack.agent.fake_nvml import FakeNvml
-from gpupack.agent.nvml import MigInstance, NvmlError
+from gpupack.agent.nvml import MigInstance, NvmlError, XidEvent
 from gpupack.errors import GpupackError
 from gpupack.scoring.geometry import canonical_profile
 from gpupack.scoring.gpu_models import lookup_model
 
-_TOP_KEYS = ("gpus", "nvlink", "nvswitch_links", "numa", "instances", "mig_serial")
-_GPU_KEYS = ("name", "mig", "uuid")
+_TOP_KEYS = ("gpus", "nvlink", "nvswitch_links", "numa", "instances", "mig_serial", "xid_events")
+_GPU_KEYS = ("name", "mig", "uuid", "lost")
 _INSTANCE_KEYS = ("gpu", "profile", "start", "uuid")
+_XID_KEYS = ("gpu", "xid")
+log = logging.getLogger(__name__)
 
 
 class FakeNvmlFileError(GpupackError, ValueError):
@@ -71,9 +84,12 @@ class FileNvml(FakeNvml):
     def __init__(self, fake: FakeNvml, path: Path, document: dict[str, Any]) -> None:
         super().__init__(fake.devices)
         self.mig_serial = fake.mig_serial
+        self.lost_gpus = set(fake.lost_gpus)
         self.path = path
         self._document = document  # as read: written back with the instances and serial of the moment
         self._lock = threading.RLock()  # Allocate (create) and the agent loop (destroy, reads) are threads
+        self._xids_past = len(document.get("xid_events", []))  # in the file before anyone could watch
+        self._health_read = _stamp(path)
 
     @classmethod
     def open(cls, path: Path) -> FileNvml:
@@ -87,6 +103,43 @@ class FileNvml(FakeNvml):
             return cls(parse(document), path, document)
         except _Invalid as exc:
             raise FakeNvmlFileError(f"fake NVML file {path}: {exc}") from None
+
+    # --- agent.nvml.Nvml: health, read again from the file
+    def watch_xids(self) -> dict[int, str]:
+        with self._lock:
+            self.refresh_health()  # what the file logged before now is past: never delivered
+            return super().watch_xids()
+
+    def next_xid(self, timeout_ms: int) -> XidEvent | None:
+        with self._lock:
+            self.refresh_health()
+            return super().next_xid(timeout_ms)
+
+    def lost(self, gpu: int) -> bool:
+        with self._lock:
+            self.refresh_health()
+            return super().lost(gpu)
+
+    def refresh_health(self) -> None:
+        """Take `lost` and new `xid_events` from the file when it changed (a malformed one is logged)."""
+        with self._lock:
+            stamp = _stamp(self.path)
+            if stamp == self._health_read:
+                return
+            self._health_read = stamp
+            try:
+                document = _load_json(self.path.read_text())
+                lost, events = _health(document, len(self.devices))
+            except (OSError, _Invalid) as exc:
+                log.warning("fake NVML file %s: health not read again: %s", self.path, exc)
+                return
+            self.lost_gpus = lost
+            self._document = {**self._document, "gpus": document["gpus"], "xid_events": events}
+            if len(events) < self._xids_past:  # the log was rewritten: count from its new end
+                self._xids_past = len(events)
+            for event in events[self._xids_past :]:
+                self.raise_xid(event["gpu"], event["xid"])
+            self._xids_past = len(events)
 
     # --- agent.nvml.Nvml: MIG state, persisted
     def mig_instances(self, gpu: int) -> list[MigInstance]:
@@ -119,14 +172,16 @@ class FileNvml(FakeNvml):
     def save(self) -> None:
         """Write the file as read, with today's MIG instances and serial (atomically: temp file + os.replace)."""
         with self._lock:
+            self.refresh_health()  # a test's injection since the last read is written back, not undone
             document = dict(self._document)
             document["instances"] = [
                 {"gpu": i.gpu, "profile": i.profile, "start": i.start, "uuid": i.uuid}
-                for gpu in range(len(self.devices))
-                for i in self.mig_instances(gpu)
+                for device in self.devices
+                for i in sorted(device.instances.values(), key=lambda i: i.start)
             ]
             document["mig_serial"] = self.mig_serial
             _write_atomic(self.path, render(document))
+            self._health_read = _stamp(self.path)
 
 
 def parse(document: dict[str, Any]) -> FakeNvml:
@@ -175,20 +230,64 @@ def parse(document: dict[str, Any]) -> FakeNvml:
     _unique([device.info.uuid for device in fake.devices], "GPU")
     fake.mig_serial = _count(document.get("mig_serial", 0), '"mig_serial"')
     _restore_instances(fake, document.get("instances", []))
+    fake.lost_gpus, _ = _health(document, count)
     return fake
 
 
-def _restore_instances(fake: FakeNvml, entries: object) -> None:
-    if not isinstance(entries, list):
-        raise _Invalid('"instances" must be a list of {"gpu": ..., "profile": ..., "start": ...}')
-    for k, entry in enumerate(entries):
-        where = f"instances[{k}]"
+def _health(document: dict[str, Any], count: int) -> tuple[set[int], list[dict[str, int]]]:
+    """The GPUs marked `"lost": true` and the `xid_events` log; `_Invalid` saying what is wrong."""
+    entries = document.get("gpus")
+    if not isinstance(entries, list) or len(entries) != count:
+        raise _Invalid(f'"gpus" must still list {count} GPUs')
+    lost = set()
+    for i, entry in enumerate(entries):
+        flag = entry.get("lost", False) if isinstance(entry, dict) else None
+        if not isinstance(flag, bool):
+            raise _Invalid(f'gpus[{i}]: "lost" must be true or false, not {flag!r}')
+        if flag:
+            lost.add(i)
+    events = document.get("xid_events", [])
+    for where, event in _objects(events, "xid_events", '{"gpu": 0, "xid": 79}', _XID_KEYS):
+        _gpu_index(event, where, count)
+        xid = event.get("xid")
+        if not _is_int(xid) or xid < 0:
+            raise _Invalid(f'{where}: "xid" must be a whole number >= 0, not {xid!r}')
+    return lost, events
+
+
+def _objects(value: object, name: str, example: str, keys: tuple[str, ...]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(`name[k]`, entry) of a list of objects with only `keys`; _Invalid, showing `example`, for anything else."""
+    if not isinstance(value, list):
+        raise _Invalid(f'"{name}" must be a list of objects like {example}')
+    for k, entry in enumerate(value):
+        where = f"{name}[{k}]"
         if not isinstance(entry, dict):
-            raise _Invalid(f'{where} must be an object like {{"gpu": 0, "profile": "1g.10gb", "start": 0}}')
-        _known_keys(entry, _INSTANCE_KEYS, where)
-        gpu = entry.get("gpu")
-        if not _is_int(gpu) or not 0 <= gpu < len(fake.devices):
-            raise _Invalid(f'{where}: "gpu" must be a GPU index 0..{len(fake.devices) - 1}, not {gpu!r}')
+            raise _Invalid(f"{where} must be an object like {example}")
+        _known_keys(entry, keys, where)
+        yield where, entry
+
+
+def _gpu_index(entry: dict[str, Any], where: str, count: int) -> int:
+    """The entry's `gpu`, an index below `count`."""
+    gpu = entry.get("gpu")
+    if not _is_int(gpu) or not 0 <= gpu < count:
+        raise _Invalid(f'{where}: "gpu" must be a GPU index 0..{count - 1}, not {gpu!r}')
+    return int(gpu)
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    """What tells that the file changed: (inode, size, mtime in ns); None when it cannot be read."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def _restore_instances(fake: FakeNvml, entries: object) -> None:
+    example = '{"gpu": 0, "profile": "1g.10gb", "start": 0}'
+    for where, entry in _objects(entries, "instances", example, _INSTANCE_KEYS):
+        gpu = _gpu_index(entry, where, len(fake.devices))
         profile, start, mig_uuid = entry.get("profile"), entry.get("start"), entry.get("uuid")
         if not isinstance(profile, str) or not _is_int(start):
             raise _Invalid(f'{where}: needs "profile" (e.g. "1g.10gb") and "start" (first memory slice, an integer)')

@@ -104,18 +104,35 @@ class DynamicMig(MigKind):
         held = held_instances(host.pods.pods_on_node(), host.node)
         for gone in reconcile(host.nvml, held):
             log.info("destroyed %s@%d on GPU %d: no live pod holds it", gone.profile, gone.start, gone.gpu)
+            host.refusals.freed(gone.gpu)
         return [Blocked(GpuSlot(i.gpu, mig=i.profile, start=i.start), LEFTOVER) for i in unheld(host.nvml, held)]
 
 
 def _ensure(claim: Claim, slot: GpuSlot, host: Host) -> MigInstance:
+    """The slot's instance; when NVML refuses, the instances no live pod holds are destroyed and it is tried
+    once more: a pod may be bound moments after the one before it ended, before the loop's reconcile."""
     try:
-        instance = ensure_instance(host.nvml, slot)
+        try:
+            instance = ensure_instance(host.nvml, slot)
+        except MigCreateError:
+            if not _free_unheld(host):
+                raise
+            instance = ensure_instance(host.nvml, slot)
     except MigCreateError as exc:
         host.refusals.record(slot, str(exc))
         MIG_CREATE_REFUSALS.inc()
         raise AllocationError(f"pod {claim.pod} container {claim.container}: {exc}") from None
     host.refusals.created(slot)
     return instance
+
+
+def _free_unheld(host: Host) -> bool:
+    """Destroy the instances no live pod holds now; whether any was."""
+    destroyed = reconcile(host.nvml, held_instances(host.pods.pods_on_node(), host.node))
+    for gone in destroyed:
+        log.info("destroyed %s@%d on GPU %d to make room: no live pod holds it", gone.profile, gone.start, gone.gpu)
+        host.refusals.freed(gone.gpu)
+    return bool(destroyed)
 
 
 def _own_instance(gpu: int, profile: str, assigned: tuple[GpuSlot, ...], taken: list[GpuSlot]) -> GpuSlot | None:

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpupack.agent.nvml import GpuInfo, MigInstance, Nvml
+from gpupack.agent.nvml import GpuInfo, MigInstance, Nvml, NvmlError
 
 
 @dataclass(frozen=True)
 class Device:
-    """One advertised device: its ID, the GPU it lives on and (static MIG) the instance it is."""
+    """One advertised device: its ID, the GPU it lives on, (static MIG) the instance it is, and its health."""
 
     id: str
     gpu: int
     numa: int = -1
     instance: MigInstance | None = None
+    healthy: bool = True  # False: its GPU is unhealthy or cordoned (agent.gpu_health)
 
 
 @dataclass(frozen=True)
@@ -28,11 +29,20 @@ class NodeGpus:
     dynamic_mig: bool
 
     @classmethod
-    def read(cls, nvml: Nvml, numa: tuple[int, ...], dynamic_mig: bool) -> NodeGpus:
-        """Snapshot NVML."""
+    def read(
+        cls,
+        nvml: Nvml,
+        numa: tuple[int, ...],
+        dynamic_mig: bool,
+        lost: frozenset[int] = frozenset(),
+        previous: NodeGpus | None = None,
+    ) -> NodeGpus:
+        """Snapshot NVML. A GPU in `lost`, or one NVML fails on, keeps its MIG state of `previous` (without one,
+        NVML's answer stands): a lost GPU must not change the node's devices or its `mig-layout`."""
         gpus = tuple(nvml.gpus())
-        enabled = tuple(nvml.mig_enabled(gpu.index) for gpu in gpus)
-        instances = tuple(tuple(nvml.mig_instances(gpu.index)) for gpu in gpus)
+        states = [_mig_state(nvml, gpu.index, gpu.index in lost, previous) for gpu in gpus]
+        enabled = tuple(state[0] for state in states)
+        instances = tuple(state[1] for state in states)
         return cls(gpus, enabled, instances, numa, dynamic_mig)
 
     def whole_gpus(self) -> list[GpuInfo]:
@@ -46,3 +56,19 @@ class NodeGpus:
     def uuid_index(self) -> dict[str, int]:
         """GPU UUID -> NVML index."""
         return {gpu.uuid: gpu.index for gpu in self.gpus}
+
+
+def _mig_state(
+    nvml: Nvml, gpu: int, lost: bool, previous: NodeGpus | None
+) -> tuple[bool, tuple[MigInstance, ...]]:
+    known = previous is not None and gpu < len(previous.gpus)
+    if lost and known:
+        assert previous is not None
+        return previous.mig_enabled[gpu], previous.instances[gpu]
+    try:
+        return nvml.mig_enabled(gpu), tuple(nvml.mig_instances(gpu))
+    except NvmlError:
+        if not known:
+            raise
+        assert previous is not None
+        return previous.mig_enabled[gpu], previous.instances[gpu]

@@ -10,7 +10,7 @@ out of the topology while a GPU's NUMA node is unknown: `gpupack serve` reads NU
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 
 from gpupack.agent.node_gpus import NodeGpus
@@ -32,8 +32,12 @@ class NodeApi(Protocol):
         ...
 
 
-def desired_annotations(topology: Topology, gpus: NodeGpus) -> Annotations:
-    """The values the agent's two annotations should have now."""
+def desired_annotations(topology: Topology, gpus: NodeGpus, out_of_service: Collection[int] = ()) -> Annotations:
+    """The values the agent's two annotations should have now.
+
+    `mig-layout` leaves out the GPUs `out_of_service` (agent.gpu_health): their instances are Unhealthy,
+    so the kubelet leaves them out of allocatable, and the layout must hold exactly what allocatable does.
+    """
     value: dict[str, object] = {"nvlink": [list(row) for row in topology.nvlink]}
     if UNKNOWN_NUMA not in topology.numa:
         value["numa"] = list(topology.numa)
@@ -41,7 +45,7 @@ def desired_annotations(topology: Topology, gpus: NodeGpus) -> Annotations:
     if not gpus.dynamic_mig and any(gpus.mig_enabled):
         layout = json.dumps(
             {str(gpu.index): [f"{i.profile}@{i.start}" for i in gpus.instances[gpu.index]] for gpu in gpus.gpus
-             if gpus.mig_enabled[gpu.index] and gpus.instances[gpu.index]},
+             if gpus.mig_enabled[gpu.index] and gpus.instances[gpu.index] and gpu.index not in out_of_service},
             separators=(",", ":"),
         )
     return {ANNOTATION_GPU_TOPOLOGY: json.dumps(value, separators=(",", ":")), ANNOTATION_MIG_LAYOUT: layout}

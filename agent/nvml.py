@@ -16,8 +16,19 @@ NVLINK_REMOTE_GPU = 0  # NVML_NVLINK_DEVICE_TYPE_GPU
 NVLINK_REMOTE_SWITCH = 2  # NVML_NVLINK_DEVICE_TYPE_SWITCH: the peer GPU cannot be read from the link
 
 
+GPU_IS_LOST = "GPU is lost"  # NVML's text for NVML_ERROR_GPU_IS_LOST
+
+
 class NvmlError(GpupackError, RuntimeError):
     """An NVML call failed or refused; the message carries NVML's reason (e.g. "Insufficient Resources")."""
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """One `nvmlEventTypeXidCriticalError` event: the GPU it happened on and its XID (the event's data)."""
+
+    gpu: int  # NVML index
+    xid: int
 
 
 @dataclass(frozen=True)
@@ -58,7 +69,7 @@ class Nvml(Protocol):
     """The NVML calls the agent makes. Every method raises NvmlError on NVML failure."""
 
     def gpus(self) -> list[GpuInfo]:
-        """Every GPU, by index."""
+        """Every GPU, by index; facts that never change (read when NVML was opened), so a lost GPU answers too."""
         ...
 
     def nvlinks(self, gpu: int) -> list[NvLink]:
@@ -90,4 +101,18 @@ class Nvml(Protocol):
 
     def destroy_mig(self, gpu: int, start: int) -> None:
         """Destroy the instance (compute instances first) whose GPU instance starts at `start`."""
+        ...
+
+    def watch_xids(self) -> dict[int, str]:
+        """Register every GPU for critical XID events (`nvmlDeviceRegisterEvents`); NVML's reason per GPU
+        it refused (lost, Not Supported). Events before this call are never delivered, as in NVML."""
+        ...
+
+    def next_xid(self, timeout_ms: int) -> XidEvent | None:
+        """The next critical XID event on a watched GPU (`nvmlEventSetWait`), None after `timeout_ms`
+        without one. NvmlError when the wait fails (`GPU is lost` names no GPU: probe each with `lost`)."""
+        ...
+
+    def lost(self, gpu: int) -> bool:
+        """Whether NVML answers `GPU is lost` (NVML_ERROR_GPU_IS_LOST) for the GPU now."""
         ...

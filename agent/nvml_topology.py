@@ -10,10 +10,15 @@ NUMA: sysfs / NVML when they know it; else the NUMA node of the GPU's close CPUs
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
+from collections.abc import Collection
+from dataclasses import dataclass
 
-from gpupack.agent.nvml import NVLINK_REMOTE_GPU, NVLINK_REMOTE_SWITCH, Nvml
+from gpupack.agent.nvml import NVLINK_REMOTE_GPU, NVLINK_REMOTE_SWITCH, Nvml, NvmlError
 from gpupack.agent.topology import UNKNOWN_NUMA, Topology
+
+log = logging.getLogger(__name__)
 
 
 def read_topology(nvml: Nvml) -> Topology:
@@ -51,3 +56,28 @@ def _numa(nvml: Nvml, gpu: int) -> int:
         return node
     nodes = nvml.cpu_affinity_numa_nodes(gpu)
     return nodes[0] if len(nodes) == 1 else UNKNOWN_NUMA
+
+
+@dataclass
+class TopologyReader:
+    """`read_topology`, except while a GPU is lost or NVML fails: then the last topology read stands (a lost
+    GPU shows no NVLinks, and publishing that would change the node's facts in gpupack serve)."""
+
+    last: Topology | None = None
+
+    @property
+    def known(self) -> bool:
+        """A topology was read at least once (else `read` answers no NVLinks and unknown NUMA nodes)."""
+        return self.last is not None
+
+    def read(self, nvml: Nvml, lost: Collection[int]) -> Topology:
+        """The topology now, or as last read; never raises for a lost GPU."""
+        if not lost:
+            try:
+                self.last = read_topology(nvml)
+            except NvmlError as exc:
+                log.warning("reading the GPU topology failed (%s); the last one read stands", exc)
+        if self.last is None:
+            count = len(nvml.gpus())
+            return Topology(tuple((0,) * count for _ in range(count)), (UNKNOWN_NUMA,) * count)
+        return self.last

@@ -23,7 +23,7 @@ from gpupack.agent.kubelet import deviceplugin_pb2_grpc as pb_grpc
 from gpupack.agent.node_gpus import Device
 
 log = logging.getLogger(__name__)
-HEALTHY = "Healthy"
+HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"  # pluginapi.Healthy / pluginapi.Unhealthy
 
 
 def socket_name(resource: str) -> str:
@@ -115,7 +115,7 @@ def _response(grant: ContainerGrant) -> pb.ContainerAllocateResponse:
 
 def _device(device: Device) -> pb.Device:
     topology = pb.TopologyInfo(nodes=[pb.NUMANode(ID=device.numa)]) if device.numa >= 0 else None
-    return pb.Device(ID=device.id, health=HEALTHY, topology=topology)
+    return pb.Device(ID=device.id, health=HEALTHY if device.healthy else UNHEALTHY, topology=topology)
 
 
 class PluginServer:

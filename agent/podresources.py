@@ -6,7 +6,7 @@ speaks gRPC to the kubelet's socket (`/var/lib/kubelet/pod-resources/kubelet.soc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -19,10 +19,11 @@ from gpupack.agent.kubelet import podresources_pb2_grpc as pr_grpc
 
 @dataclass(frozen=True)
 class HeldDevices:
-    """The device IDs one pod's containers hold, per resource name (containers merged)."""
+    """The device IDs one pod's containers hold, per resource name: merged, and per container."""
 
     pod: str  # namespace/name
     devices: dict[str, tuple[str, ...]]
+    containers: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)  # container -> resource -> IDs
 
 
 class PodResourcesSource(Protocol):
@@ -50,7 +51,11 @@ class KubeletPodResources:
 def held_from_proto(pod: pr.PodResources) -> HeldDevices:
     """One `PodResources` message as `HeldDevices` (device IDs of every container, per resource)."""
     devices: dict[str, list[str]] = {}
+    containers: dict[str, dict[str, tuple[str, ...]]] = {}
     for container in pod.containers:
         for held in container.devices:
             devices.setdefault(held.resource_name, []).extend(held.device_ids)
-    return HeldDevices(f"{pod.namespace}/{pod.name}", {name: tuple(ids) for name, ids in devices.items()})
+            mine = containers.setdefault(container.name, {})
+            mine[held.resource_name] = mine.get(held.resource_name, ()) + tuple(held.device_ids)
+    merged = {name: tuple(ids) for name, ids in devices.items()}
+    return HeldDevices(f"{pod.namespace}/{pod.name}", merged, containers)

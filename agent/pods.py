@@ -57,15 +57,19 @@ class KubePods:
 
 def live_assigned(pods: Iterable[Mapping[str, Any]], node: str) -> set[GpuSlot]:
     """Slots named by the assignments of the pods on `node` that have not finished."""
-    named: set[GpuSlot] = set()
-    for pod in pods:
-        if (pod.get("spec") or {}).get("nodeName") != node:
-            continue
-        if pod_is_terminal(pod):
-            continue
-        try:
-            placement = assignment_from_pod(pod)
-        except (AssignmentError, RequestError):
-            continue  # an unreadable assignment holds nothing the agent could know of
-        named |= set(placement.slots) if placement else set()
-    return named
+    return {
+        slot
+        for pod in pods
+        if (pod.get("spec") or {}).get("nodeName") == node and not pod_is_terminal(pod)
+        for slot in assigned_slots(pod)
+    }
+
+
+def assigned_slots(pod: Mapping[str, Any]) -> tuple[GpuSlot, ...]:
+    """The slots the pod's assignment names; none when it has none or it cannot be read (Allocate refuses such
+    a pod, so it holds nothing the agent could know of)."""
+    try:
+        placement = assignment_from_pod(pod)
+    except (AssignmentError, RequestError):
+        return ()
+    return placement.slots if placement else ()

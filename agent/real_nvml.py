@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gpupack.agent.nvml import GpuInfo, MigInstance, NvLink, NvmlError
+from gpupack.agent.nvml import GpuInfo, MigInstance, NvLink, NvmlError, XidEvent
 from gpupack.scoring.geometry import SHAPES, resolve_profile
 from gpupack.scoring.gpu_models import lookup_model
 
@@ -33,6 +33,8 @@ class RealNvml:
         self._call(pynvml.nvmlInit)
         count = self._call(pynvml.nvmlDeviceGetCount)
         self._handles = [self._call(pynvml.nvmlDeviceGetHandleByIndex, i) for i in range(count)]
+        self._infos = [self._read_info(index, handle) for index, handle in enumerate(self._handles)]
+        self._events: Any = None  # the event set of `watch_xids`
 
     def close(self) -> None:
         """Shut NVML down."""
@@ -51,16 +53,16 @@ class RealNvml:
             raise NvmlError(f"{func.__name__}: {exc}") from None
 
     def gpus(self) -> list[GpuInfo]:
-        """Every GPU, by NVML index."""
+        """Every GPU, by NVML index, as read when NVML was opened (UUID, name, bus and memory never change)."""
+        return list(self._infos)
+
+    def _read_info(self, index: int, handle: Any) -> GpuInfo:
         nvml = self._nvml
-        out = []
-        for index, handle in enumerate(self._handles):
-            pci = self._call(nvml.nvmlDeviceGetPciInfo, handle)
-            memory = self._call(nvml.nvmlDeviceGetMemoryInfo, handle)
-            name = self._call(nvml.nvmlDeviceGetName, handle)
-            uuid = self._call(nvml.nvmlDeviceGetUUID, handle)
-            out.append(GpuInfo(index, _text(uuid), _text(name), _text(pci.busId), memory.total // (1 << 20)))
-        return out
+        pci = self._call(nvml.nvmlDeviceGetPciInfo, handle)
+        memory = self._call(nvml.nvmlDeviceGetMemoryInfo, handle)
+        name = self._call(nvml.nvmlDeviceGetName, handle)
+        uuid = self._call(nvml.nvmlDeviceGetUUID, handle)
+        return GpuInfo(index, _text(uuid), _text(name), _text(pci.busId), memory.total // (1 << 20))
 
     def nvlinks(self, gpu: int) -> list[NvLink]:
         """Active NVLinks; a GPU without NVLink reports none (NVML: Not Supported)."""
@@ -79,8 +81,7 @@ class RealNvml:
 
     def numa_node(self, gpu: int) -> int | None:
         """sysfs `numa_node` of the GPU's PCI device, else `nvmlDeviceGetNumaNodeId`; None when both are N/A."""
-        bus_id = _text(self._call(self._nvml.nvmlDeviceGetPciInfo, self._handles[gpu]).busId)
-        node = _sysfs_numa(bus_id)
+        node = _sysfs_numa(self._infos[gpu].bus_id)
         if node is not None:
             return node
         try:
@@ -153,9 +154,48 @@ class RealNvml:
                 return
         raise NvmlError(f"Not Found: no GPU instance starts at slice {start} on GPU {gpu}")
 
+    # --- health (agent.gpu_health)
+    def watch_xids(self) -> dict[int, str]:
+        """One event set; each GPU registered for `nvmlEventTypeXidCriticalError` (its refusals returned)."""
+        nvml = self._nvml
+        if self._events is None:
+            self._events = self._call(nvml.nvmlEventSetCreate)
+        refused = {}
+        for index, handle in enumerate(self._handles):
+            try:
+                nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, self._events)
+            except nvml.NVMLError as exc:
+                refused[index] = str(exc)
+        return refused
+
+    def next_xid(self, timeout_ms: int) -> XidEvent | None:
+        """`nvmlEventSetWait_v2`: the event's device as its NVML index, its data as the XID."""
+        nvml = self._nvml
+        if self._events is None:
+            return None
+        try:
+            data = nvml.nvmlEventSetWait_v2(self._events, timeout_ms)
+        except nvml.NVMLError as exc:
+            if exc.value == nvml.NVML_ERROR_TIMEOUT:
+                return None
+            raise NvmlError(f"nvmlEventSetWait_v2: {exc}") from None
+        if not data.eventType & nvml.nvmlEventTypeXidCriticalError:
+            return None
+        index = int(self._call(nvml.nvmlDeviceGetIndex, data.device))
+        return XidEvent(index, int(data.eventData))
+
+    def lost(self, gpu: int) -> bool:
+        """A cheap query of the GPU (its memory) answers NVML_ERROR_GPU_IS_LOST."""
+        nvml = self._nvml
+        try:
+            nvml.nvmlDeviceGetMemoryInfo(self._handles[gpu])
+        except nvml.NVMLError as exc:
+            return bool(exc.value == nvml.NVML_ERROR_GPU_IS_LOST)
+        return False
+
     # --- helpers
     def _gpus_product(self, gpu: int) -> str:
-        return _text(self._call(self._nvml.nvmlDeviceGetName, self._handles[gpu])).replace(" ", "-")
+        return self._infos[gpu].product
 
     def _profiles(self, gpu: int) -> dict[str, Any]:
         """Profile name ("1g.10gb+me") -> NVML's profile info, for the profiles this GPU supports."""

@@ -15,10 +15,9 @@ from typing import Any
 from gpupack.agent.kinds import registered
 from gpupack.agent.node_gpus import NodeGpus
 from gpupack.agent.podresources import HeldDevices
-from gpupack.kube.pod_request import AssignmentError, assignment_from_pod
+from gpupack.agent.pods import assigned_slots
 from gpupack.kube.pods import pod_key
 from gpupack.scoring.facts import GpuSlot
-from gpupack.scoring.request import RequestError
 
 
 @dataclass(frozen=True)
@@ -33,7 +32,7 @@ class Discrepancy:
 
 def compare(held: Iterable[HeldDevices], pods: Iterable[Mapping[str, Any]], gpus: NodeGpus) -> list[Discrepancy]:
     """Every pod the kubelet lists whose devices are not exactly its assignment's, by pod name."""
-    assigned = {pod_key(pod): _assigned_slots(pod) for pod in pods}
+    assigned = {pod_key(pod): assigned_slots(pod) for pod in pods}
     out = []
     for pod in held:
         mine = assigned.get(pod.pod, ())
@@ -62,11 +61,3 @@ def _named(slot: GpuSlot, slots: Iterable[GpuSlot]) -> bool:
     if slot.milli:
         return any(other.milli and other.index == slot.index for other in slots)
     return slot in slots
-
-
-def _assigned_slots(pod: Mapping[str, Any]) -> tuple[GpuSlot, ...]:
-    try:
-        placement = assignment_from_pod(pod)
-    except (AssignmentError, RequestError):
-        return ()  # unreadable: as if it had none (Allocate refused it anyway)
-    return placement.slots if placement else ()

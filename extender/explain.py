@@ -4,14 +4,16 @@ Two sources (`extender.explain_source`): a live cluster (`--kubeconfig`, else ku
 else in-cluster; the pod as NAMESPACE/NAME) or a cluster file and a one-pod file (`--cluster-file F
 --pod P`). Either fills a `ClusterState` as `gpupack serve` does, and the pod is decided against every
 node. Per node: verdict (chosen / feasible / infeasible / unresolvable), the reason, the policy score
-and its parts; then the winner, the runner-up and the part that made the difference.
+and its parts, and the node's GPUs out of service (unhealthy or cordoned: nothing new goes on them; an
+infeasible node's reason names them); then the winner, the runner-up and the part that made the difference.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -21,6 +23,7 @@ from gpupack.extender.decisions import Evaluation
 from gpupack.extender.explain_source import Loaded, load_from_cluster, load_from_files
 from gpupack.extender.settings import SettingsError, load_settings
 from gpupack.extender.state import ClusterState
+from gpupack.kube.node_usage import Exclusion
 from gpupack.kube.pods import pod_key
 from gpupack.kube.sources import SourceError
 from gpupack.scoring.explain_parts import score_parts
@@ -35,6 +38,7 @@ class NodeVerdict:
     score: float | None
     reason: str
     parts: dict[str, float] = field(default_factory=dict)  # the terms of the gpupack score
+    excluded_gpus: list[dict[str, Any]] = field(default_factory=list)  # {"index", "reason"}: out of service
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,7 +77,11 @@ def explain(state: ClusterState, pod: dict[str, Any]) -> dict[str, Any]:
     evaluation = state.evaluate(pod)
     placement = evaluation.decision.placement if evaluation.decision else None
     parts = parts_of(state, evaluation)
-    verdicts = [NodeVerdict(**{**asdict(v), "parts": parts.get(v.node, {})}) for v in node_verdicts(evaluation)]
+    excluded = state.excluded_gpus()
+    verdicts = [
+        with_exclusions(NodeVerdict(**{**asdict(v), "parts": parts.get(v.node, {})}), excluded.get(v.node, ()))
+        for v in node_verdicts(evaluation)
+    ]
     return {
         "pod": pod_key(pod),
         "bound_to": (pod.get("spec") or {}).get("nodeName") or None,
@@ -108,6 +116,18 @@ def node_verdicts(evaluation: Evaluation) -> list[NodeVerdict]:
     for node, reason in sorted(evaluation.unresolvable.items()):
         verdicts.append(NodeVerdict(node, "unresolvable", None, reason))
     return verdicts
+
+
+def with_exclusions(verdict: NodeVerdict, exclusions: Sequence[Exclusion]) -> NodeVerdict:
+    """The verdict with the node's GPUs out of service; an infeasible or unresolvable node's reason names them."""
+    if not exclusions:
+        return verdict
+    listed = [{"index": e.index, "reason": e.reason} for e in exclusions]
+    reason = verdict.reason
+    if reason:
+        named = "; ".join(f"GPU {e.index} {e.reason}" for e in exclusions)
+        reason = f"{reason} (out of service, nothing new goes there: {named})"
+    return replace(verdict, reason=reason, excluded_gpus=listed)
 
 
 def runner_up(verdicts: list[NodeVerdict]) -> dict[str, Any] | None:

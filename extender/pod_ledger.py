@@ -208,7 +208,7 @@ class PodLedger:
             return
         try:
             facts = facts_from_node(node, self._prices)
-            usage = read_node_usage(node)
+            usage = read_node_usage(node, facts.gpu_count)
         except NodeFactsError as exc:
             self._node_gone(name, str(exc))
             return
@@ -481,6 +481,8 @@ class PodLedger:
         except InventoryError:
             logger.exception("inventory out of step while releasing %s", placement.to_assignment())
             return
+        if self._synced:  # what was freed on a GPU out of service is held again, before anyone takes it
+            self.node_usage.hold_excluded(placement.node)
         self._retry_unplaced(placement.node)
 
     def release(self, reservation: Reservation | None) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter as Tally
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -104,7 +105,8 @@ class _StateCollector(Collector):
         yield events
         event_failures = CounterMetricFamily(
             "gpupack_event_failures",
-            "Events on pods not written: queue-full (dropped, the writer was behind) or write (refused or failed).",
+            "Events on pods not written: queue-full (dropped, the writer was behind), write (refused or failed), or "
+            "untracked (a failure of a pod beyond the 10,000 whose failures are counted).",
             labels=("reason",),
         )
         for reason, count in sorted(snap.event_failures.items()):
@@ -146,3 +148,23 @@ class _StateCollector(Collector):
             value=snap.unreadable_pods,
         )
         yield GaugeMetricFamily("gpupack_ready", "1 when synced and warmed up.", value=int(snap.synced and snap.warm))
+        yield from _exclusion_metrics(self.state)
+
+
+def _exclusion_metrics(state: ClusterState) -> Iterator[GaugeMetricFamily]:
+    """GPUs nothing new goes on, by why (issue #26 item 8), and cordon entries that name no GPU."""
+    counts = Tally(e.why for exclusions in state.excluded_gpus().values() for e in exclusions)
+    excluded = GaugeMetricFamily(
+        "gpupack_gpus_excluded",
+        "GPUs out of service, by why: unhealthy (the agent saw a critical XID or a lost GPU), cordoned "
+        "(gpupack.io/cordoned-gpus), blocked (another whole-GPU block of gpupack.io/devices-in-use).",
+        labels=("reason",),
+    )
+    for why in ("unhealthy", "cordoned", "blocked"):
+        excluded.add_metric((why,), counts[why])
+    yield excluded
+    yield GaugeMetricFamily(
+        "gpupack_cordon_entries_invalid",
+        "Entries of gpupack.io/cordoned-gpus that name no GPU of their node by index (ignored).",
+        value=state.cordon_entries_invalid(),
+    )

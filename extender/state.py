@@ -39,6 +39,7 @@ from gpupack.extender.pod_events import PodEvents
 from gpupack.extender.pod_ledger import BoundPod, PodLedger
 from gpupack.extender.reservations import Clock, ReservationBook
 from gpupack.extender.settings import Settings
+from gpupack.kube.node_usage import Exclusion
 from gpupack.kube.sources.events import Event
 from gpupack.kube.sources.kube_api import ClusterWriter
 from gpupack.scoring.decider import Decider
@@ -225,6 +226,16 @@ class ClusterState:
         """Nodes kept out of the inventory, with why."""
         with self.lock:
             return dict(self.ledger.bad)
+
+    def excluded_gpus(self) -> dict[str, tuple[Exclusion, ...]]:
+        """Each node's GPUs out of service (unhealthy, cordoned, blocked whole), by node."""
+        with self.lock:
+            return {node: usage.excluded for node, usage in self.node_usage.usage.items() if usage.excluded}
+
+    def cordon_entries_invalid(self) -> int:
+        """Entries of `gpupack.io/cordoned-gpus` on all nodes that name no GPU by index (ignored)."""
+        with self.lock:
+            return sum(len(usage.cordon_invalid) for usage in self.node_usage.usage.values())
 
     def unplaced(self) -> list[str]:
         """Keys of bound pods that hold nothing yet."""

@@ -35,6 +35,7 @@ ANNOTATION_MIG_LAYOUT = "gpupack.io/mig-layout"
 ANNOTATION_GPU_TOPOLOGY = "gpupack.io/gpu-topology"
 ANNOTATION_HOURLY_COST = "gpupack.io/hourly-cost"
 ANNOTATION_DEVICES_IN_USE = "gpupack.io/devices-in-use"  # written by gpupack agent (docs/agent.md)
+ANNOTATION_CORDONED_GPUS = "gpupack.io/cordoned-gpus"  # written by the operator: GPUs to place nothing on
 
 
 def decode_json(value: object) -> object:

@@ -64,7 +64,10 @@ def test_pods_created_in_one_second_go_in_binding_order_not_by_name(plugin_dir, 
     assert chosen == [uuids[0]] and envs["NVIDIA_VISIBLE_DEVICES"] == uuids[0]
 
 
-def test_unmatched_containers_are_refused_with_the_pod_named(plugin_dir, kubelet, agents) -> None:
+def test_unmatched_containers_are_refused_naming_pods_only_in_the_agents_log(
+    plugin_dir, kubelet, agents, caplog
+) -> None:
+    """The refusal reaches the refused pod's events: another tenant's pods are named in the agent's log only."""
     nvml = FakeNvml.build(count=4)
     uuids = [gpu.uuid for gpu in nvml.gpus()]
     pods = MemoryPods([make_pod("stray", [{GPU: 1}], None), make_pod("placed", [{GPU: 1}], [{"index": 2}])])
@@ -74,11 +77,17 @@ def test_unmatched_containers_are_refused_with_the_pod_named(plugin_dir, kubelet
     with pytest.raises(grpc.RpcError) as refused:  # the kubelet picked GPU 0, the assignment says GPU 2
         stub.Allocate(pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=[uuids[0]])]))
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert "ml/placed" in str(refused.value.details())
+    details = str(refused.value.details())
+    assert "no waiting pod's assignment names" in details and "ml/" not in details
+    assert "ml/placed" in caplog.text
     pods.pods[1]["status"]["phase"] = "Running"
     with pytest.raises(grpc.RpcError) as refused:
         kubelet.admit(GPU, uuids, 1)
-    assert "ml/stray asks for nvidia.com/gpu but has no gpupack.io/assignment" in str(refused.value.details())
+    details = str(refused.value.details())
+    assert "holds a gpupack.io/assignment for 1 nvidia.com/gpu" in details
+    assert "1 with a missing or unreadable" in details
+    assert "ml/" not in details
+    assert "ml/stray asks for nvidia.com/gpu but has no gpupack.io/assignment" in caplog.text
 
 
 def test_a_share_is_time_sliced_on_the_assigned_gpu(plugin_dir, kubelet, agents) -> None:
@@ -109,7 +118,8 @@ def test_dynamic_mig_creates_the_assigned_instance_before_allocate_returns(plugi
 
 def test_an_nvml_refusal_is_an_allocation_error_with_nvmls_reason(plugin_dir, kubelet, agents) -> None:
     nvml = FakeNvml.build(count=2, mig_enabled=True)
-    nvml.create_mig(0, "1g.10gb", 5)  # made by someone else, inside the assigned 3g.40gb@4
+    nvml.create_mig(0, "1g.10gb", 5)  # made by someone else, inside the assigned 3g.40gb@4, in use
+    nvml.busy.add((0, 5))
     pods = MemoryPods([make_pod("mig", [{MIG_3G: 1}], [{"index": 0, "mig": "3g.40gb", "start": 4}])])
     _start(plugin_dir, kubelet, agents, nvml, pods, dynamic=True)
     kubelet.wait_registered({MIG_3G})
@@ -162,4 +172,4 @@ def test_agent_restart_rebuilds_from_pods_and_nvml(plugin_dir, kubelet, agents) 
     _, envs_b = kubelet.admit(MIG_3G, kubelet.devices(MIG_3G), 1)
     assert envs_b["NVIDIA_VISIBLE_DEVICES"] == nvml.mig_instances(1)[0].uuid  # reused, not created twice
     assert nvml.created == [(0, "3g.40gb", 0), (1, "3g.40gb", 4)]
-    assert restarted.allocator.allocated
+    assert len(restarted.allocator.ledger) == 1

@@ -34,7 +34,10 @@ def test_the_client_reads_list_over_the_kubelet_socket(podresources: FakePodReso
     podresources.hold("ml/a", {GPU: ["GPU-1", "GPU-2"]})
     podresources.hold("ml/cpu", {})
     held = KubeletPodResources(podresources.socket).list_held()
-    assert held == [HeldDevices("ml/a", {GPU: ("GPU-1", "GPU-2")}), HeldDevices("ml/cpu", {})]
+    assert held == [
+        HeldDevices("ml/a", {GPU: ("GPU-1", "GPU-2")}, {"c0": {GPU: ("GPU-1", "GPU-2")}}),
+        HeldDevices("ml/cpu", {}, {}),
+    ]
 
 
 def test_devices_equal_to_the_assignment_are_no_discrepancy() -> None:
@@ -87,6 +90,14 @@ def test_the_annotation_leaves_out_what_live_assignments_name_and_is_absent_when
                      "blocked": [{"index": 1, "mig": "3g.40gb", "start": 4, "reason": "NVML refused"}]}
     assert devices_in_use([], [], named) is None
     assert devices_in_use([Discrepancy("ml/w", (GpuSlot(2),), (), 0)], [], named) is None
+
+
+def test_an_extra_share_equal_to_another_pods_share_is_still_reported() -> None:
+    """A share is not exclusive: another pod's equal share on that GPU does not account for this one's."""
+    named = live_assigned([make_pod("tenant", [{MILLI: 250}], [{"index": 1, "milli": 250}])], NODE)
+    found = [Discrepancy("ml/stray", (GpuSlot(1, milli=250),), (), 0)]
+    value = json.loads(devices_in_use(found, [], named) or "")
+    assert value == {"pods": {"ml/stray": [{"index": 1, "milli": 250}]}}
 
 
 def test_refusals_last_until_a_create_succeeds_or_their_ttl() -> None:

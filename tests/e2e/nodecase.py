@@ -9,7 +9,9 @@ MIG instances (one a media-extension instance), GPU 5 with MIG on and no instanc
 from __future__ import annotations
 
 import json
+import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -199,6 +201,28 @@ def write_fake_gpus(path: Path, dynamic: bool = False) -> None:
         gpus["instances"] = []
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(gpus, indent=1))
+
+
+def edit_fake_gpus(change: Callable[[dict[str, Any]], None], path: Path = Path(FAKE_NVML_FILE)) -> None:
+    """Change the fake NVML file while the agent runs, as the GPUs would (its health keys: `lost`,
+    `xid_events`); replaced whole, as the agent writes it, so the agent never reads half of it."""
+    document = json.loads(path.read_text())
+    change(document)
+    temporary = path.with_name(f".{path.name}.e2e")
+    temporary.write_text(json.dumps(document, indent=1))
+    os.replace(temporary, path)
+
+
+def inject_xid(gpu: int, xid: int) -> None:
+    """The driver reports XID `xid` on GPU `gpu` (the agent takes it as an NVML event)."""
+    edit_fake_gpus(lambda document: document.setdefault("xid_events", []).append({"gpu": gpu, "xid": xid}))
+
+
+def blocked_gpus(cluster: NodeCluster) -> dict[int, str]:
+    """Whole GPUs the Node's `gpupack.io/devices-in-use` lists blocked, with their reasons."""
+    annotations = cluster.core().read_node(cluster.node.name).metadata.annotations or {}
+    value = json.loads(annotations.get("gpupack.io/devices-in-use") or "{}")
+    return {b["index"]: b["reason"] for b in value.get("blocked", []) if "mig" not in b and "milli" not in b}
 
 
 def reconfigure(cluster: NodeCluster, dynamic: bool) -> None:
