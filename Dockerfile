@@ -17,8 +17,8 @@ WORKDIR /src
 # the dependencies exactly as locked, each file checked against its hash (`make lock` writes the lock)
 COPY requirements.lock ./
 RUN pip wheel --wheel-dir /wheels --require-hashes -r requirements.lock
-# README.m[d]: pyproject.toml names README.md as the long description
-COPY pyproject.toml README.m[d] ./
+# README.m[d]: pyproject.toml names README.md as the long description; LICENSE: its license-files
+COPY pyproject.toml README.m[d] LICENSE ./
 # one line per component of pyproject.toml's package-dir (tests/project/test_components.py holds them equal)
 COPY gpupack/ gpupack/
 COPY scoring/ scoring/

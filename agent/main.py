@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
     from gpupack.agent.node_publisher import KubeNodeApi
     from gpupack.agent.podresources import KubeletPodResources
     from gpupack.agent.pods import KubePods
-    from gpupack.kube.sources.kube_api import load_kube_config
+    from gpupack.kube.sources import SourceError, load_kube_config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     node = args.node or os.environ.get("NODE_NAME")
@@ -182,7 +182,11 @@ def run(args: argparse.Namespace) -> int:
     except FakeNvmlFileError as exc:
         log.error("%s", exc)
         return 2
-    core = client.CoreV1Api(load_kube_config(args.kubeconfig))
+    try:
+        core = client.CoreV1Api(load_kube_config(args.kubeconfig))
+    except SourceError as exc:
+        log.error("%s", exc)
+        return 2
     loop = AgentLoop(
         node, nvml, KubePods(core, node), KubeNodeApi(core, node), Path(args.plugin_dir), KubeletPodResources()
     )

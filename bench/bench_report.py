@@ -275,7 +275,7 @@ def run(args: argparse.Namespace) -> int:
     if not (traces / "openb_node_list_gpu_node.csv").is_file():
         print(f"gpupack bench: openb trace not found in {traces} (set {TRACES_ENV})", file=sys.stderr)
         return 2
-    config = quick_config(traces) if args.quick else full_config(traces)
+    config = base = quick_config(traces) if args.quick else full_config(traces)
     only = tuple(name for name in (getattr(args, "only", None) or "").split(",") if name)
     unknown = sorted(set(only) - set(SECTIONS))
     if unknown:
@@ -285,20 +285,39 @@ def run(args: argparse.Namespace) -> int:
     policies = tuple(name for name in (getattr(args, "policies", None) or "").split(",") if name)
     if policies:
         config = replace(config, openb_policies=policies)
-    out = output_folder(args)
+    partial = is_partial(config, base)
+    if partial:
+        config = as_partial(config)
+    if partial and args.out and Path(args.out).resolve() in {Path(RESULTS).resolve(), (ROOT / RESULTS).resolve()}:
+        print(f"gpupack bench: a partial run (--only, --policies) never writes to {RESULTS}", file=sys.stderr)
+        return 2
+    out = output_folder(args, partial)
     started = time.perf_counter()
     run_report(config, out, log=lambda text: print(text, file=sys.stderr, flush=True))
     print(f"gpupack bench ({config.label}): {out / 'REPORT.md'} in {time.perf_counter() - started:.0f} s")
     return 0
 
 
-def output_folder(args: argparse.Namespace) -> Path:
-    """`--out`; else bench/results for the full run, a new temporary folder for `--quick` (#17: a quick run
-    must not overwrite the committed full-run report and plots)."""
+def is_partial(config: BenchConfig, base: BenchConfig) -> bool:
+    """Whether `config` runs other sections or openb policies than `base`, the run it narrows (`--only`,
+    `--policies`)."""
+    return set(config.sections) != set(base.sections) or set(config.openb_policies) != set(base.openb_policies)
+
+
+def as_partial(config: BenchConfig) -> BenchConfig:
+    """`config` titled a partial run, leaving the README's results table alone (#27: a partial run had cut
+    it from 9 policies to 3)."""
+    label = "partial" if config.label == "full" else f"{config.label} partial"
+    return replace(config, label=label, update_readme=False)
+
+
+def output_folder(args: argparse.Namespace, partial: bool = False) -> Path:
+    """`--out`; else bench/results for the full run, a new temporary folder for `--quick` or a `partial` run
+    (#17, #27: neither may overwrite the committed full-run report and plots)."""
     if args.out:
         return Path(args.out)
-    if args.quick:
-        return Path(tempfile.mkdtemp(prefix="gpupack-bench-quick-"))
+    if args.quick or partial:
+        return Path(tempfile.mkdtemp(prefix=f"gpupack-bench-{'partial' if partial else 'quick'}-"))
     return Path(RESULTS)
 
 

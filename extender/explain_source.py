@@ -9,7 +9,6 @@ its own GPUs free again.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from gpupack.kube.sources import (
     load_cluster_objects,
     load_kube_config,
 )
+from gpupack.kube.sources.kubeconfig import KubeConfigChoice, choose_kube_config, first_current_context
 from gpupack.kube.sources.kubernetes_source import node_spec, pod_spec
 
 IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -65,13 +65,13 @@ def load_pod_file(path: str) -> JsonObject:
 
 
 def load_from_cluster(settings: Settings, kubeconfig: str | None, ref: str, namespace: str | None) -> Loaded:
-    """The live cluster of `kubeconfig` (see `kubeconfig_path`) and its pod `ref` (NAMESPACE/NAME, or
-    NAME in `namespace`, else the kubeconfig context's namespace, else `default`)."""
-    path = kubeconfig_path(kubeconfig)
-    key = pod_ref_key(ref, namespace or context_namespace(path))
-    api = OfficialKubeApi(load_kube_config(path), request_timeout=30.0)
+    """The live cluster of `kubeconfig` (else kubectl's choice: `choose_kube_config`) and its pod `ref`
+    (NAMESPACE/NAME, or NAME in `namespace`, else the kubeconfig context's namespace, else `default`)."""
+    choice = choose_kube_config(kubeconfig)
+    key = pod_ref_key(ref, namespace or context_namespace(choice))
+    api = OfficialKubeApi(load_kube_config(kubeconfig), request_timeout=30.0)
     state, pod = load_live(settings, api, key)
-    return Loaded(state, pod, f"cluster of {path or 'the in-cluster service account'}")
+    return Loaded(state, pod, f"cluster of {choice.origin}")
 
 
 def load_live(settings: Settings, api: KubeApi, key: str) -> tuple[ClusterState, JsonObject]:
@@ -99,29 +99,21 @@ def load_live(settings: Settings, api: KubeApi, key: str) -> tuple[ClusterState,
     return state, found
 
 
-def kubeconfig_path(given: str | None) -> str | None:
-    """The kubeconfig kubectl would use: `given`, else $KUBECONFIG, else ~/.kube/config when it exists;
-    None (the in-cluster service account) otherwise."""
-    if given:
-        return given
-    if os.environ.get("KUBECONFIG"):
-        return os.environ["KUBECONFIG"]
-    default = Path("~/.kube/config").expanduser()
-    return str(default) if default.is_file() else None
-
-
-def context_namespace(kubeconfig: str | None) -> str | None:
-    """The namespace of the kubeconfig's current context (in-cluster: the pod's own), if it names one."""
-    if kubeconfig is None:
+def context_namespace(choice: KubeConfigChoice) -> str | None:
+    """The namespace of the current context (kubectl's: the first a file sets; in-cluster: the pod's
+    own), if it names one."""
+    if choice.in_cluster:
         try:
             return IN_CLUSTER_NAMESPACE.read_text().strip() or None
         except OSError:
             return None
     try:
-        _, current = kube_config.list_kube_config_contexts(config_file=kubeconfig)
+        contexts, current = kube_config.list_kube_config_contexts(config_file=choice.config_file)
     except (ConfigException, OSError, TypeError, KeyError):
         return None  # load_kube_config reports an unusable kubeconfig
-    return (current or {}).get("context", {}).get("namespace") or None
+    name = first_current_context(choice.files)
+    chosen = next((c for c in contexts or () if c.get("name") == name), None) if name else current
+    return (chosen or {}).get("context", {}).get("namespace") or None
 
 
 def pod_ref_key(ref: str, namespace: str | None) -> str:

@@ -176,7 +176,7 @@ def tune_gc() -> None:
 def build_source(
     args: argparse.Namespace, state: ClusterState, settings: Settings
 ) -> ClusterFileSource | KubernetesSource:
-    """The cluster file when --cluster-file is given, else the cluster of --kubeconfig (or in-cluster)."""
+    """The cluster file when --cluster-file is given, else the cluster kubectl would use (`load_kube_config`)."""
     if getattr(args, "cluster_file", None):
         return ClusterFileSource(args.cluster_file, state.apply)
     api_client = load_kube_config(getattr(args, "kubeconfig", None))

@@ -9,6 +9,8 @@ from typing import TypeAlias
 
 from gpupack.arguments import port_number, seed_list
 
+# every command's --kubeconfig: the rule is kube/sources/kubeconfig.py's, kubectl's
+KUBECONFIG_HELP = "kubeconfig file (default: $KUBECONFIG, else ~/.kube/config, else in-cluster config)"
 # the object `add_subparsers` returns: each `_<command>` adds its subcommand to it
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -27,7 +29,7 @@ def _serve(sub: Subparsers) -> None:
     serve = sub.add_parser("serve", help="run the scheduler extender HTTP service")
     source = serve.add_mutually_exclusive_group()
     source.add_argument("--cluster-file", help="YAML/JSON list of Node and Pod objects served from memory")
-    source.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster config)")
+    source.add_argument("--kubeconfig", help=KUBECONFIG_HELP)
     serve.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
     serve.add_argument("--port", type=port_number, default=None, help="listen port (default 8888)")
     serve.add_argument("--config", help="policy/service config YAML")
@@ -83,9 +85,7 @@ def _explain(sub: Subparsers) -> None:
     )
     explain_source = explain.add_mutually_exclusive_group()
     explain_source.add_argument("--cluster-file", help="YAML/JSON list of Node and Pod objects instead of a cluster")
-    explain_source.add_argument(
-        "--kubeconfig", help="kubeconfig path (default: $KUBECONFIG, else ~/.kube/config, else in-cluster config)"
-    )
+    explain_source.add_argument("--kubeconfig", help=KUBECONFIG_HELP)
     explain.add_argument("-n", "--namespace", help="namespace of a pod given as NAME (default: the context's)")
     explain.add_argument("--config", help="policy config YAML")
     explain.add_argument("--json", action="store_true", help="print JSON")
@@ -102,7 +102,7 @@ def _report(sub: Subparsers) -> None:
     report = sub.add_parser("report", help="cost and waste now: GPU pools, split cost, nodes that could be emptied")
     report_source = report.add_mutually_exclusive_group()
     report_source.add_argument("--cluster-file", help="YAML/JSON list of Node and Pod objects")
-    report_source.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster config)")
+    report_source.add_argument("--kubeconfig", help=KUBECONFIG_HELP)
     report_source.add_argument(
         "--from-simulation", nargs=2, metavar=("NODES", "PODS"), help="simulate these files, report the end state"
     )
@@ -127,7 +127,7 @@ def _agent(sub: Subparsers) -> None:
     """`gpupack agent`."""
     agent = sub.add_parser("agent", help="run the node agent: node facts and device plugins (DaemonSet)")
     agent.add_argument("--node", help="this node's name (default: $NODE_NAME)")
-    agent.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster config)")
+    agent.add_argument("--kubeconfig", help=KUBECONFIG_HELP)
     agent.add_argument("--plugin-dir", default="/var/lib/kubelet/device-plugins", help="kubelet device-plugin folder")
     agent.add_argument(
         "--fake-nvml",

@@ -70,7 +70,7 @@ def read_cluster_file(path: str | Path, settings: Settings) -> ClusterSnapshot:
 
 
 def read_live_cluster(kubeconfig: str | None, settings: Settings) -> ClusterSnapshot:
-    """The cluster of `kubeconfig` (in-cluster config when None), listed once. Raises SourceError."""
+    """The cluster of `kubeconfig` (None: kubectl's choice, `load_kube_config`), listed once. Raises SourceError."""
     snapshot = ClusterSnapshot(ClusterState(settings))
     api = OfficialKubeApi(load_kube_config(kubeconfig), request_timeout=settings.request_timeout_seconds)
     source = KubernetesSource(api, snapshot)

@@ -25,6 +25,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from gpupack.kube.sources.errors import SourceError
 from gpupack.kube.sources.events import JsonObject
+from gpupack.kube.sources.kubeconfig import choose_kube_config, first_current_context
 
 WatchEvent = dict[str, Any]
 """A raw watch event: ``{"type": "ADDED"|"MODIFIED"|"DELETED"|"BOOKMARK"|"ERROR", "object": {...}}``."""
@@ -85,16 +86,19 @@ class KubeApi(ClusterWriter, Protocol):
 
 
 def load_kube_config(kubeconfig_path: str | None) -> client.ApiClient:
-    """Return an API client configured from ``kubeconfig_path``, or in-cluster when it is None."""
+    """Return an API client configured as kubectl would be (`kubeconfig.choose_kube_config`):
+    ``kubeconfig_path`` when given, else $KUBECONFIG, else ~/.kube/config, else in-cluster."""
+    choice = choose_kube_config(kubeconfig_path)
     configuration = client.Configuration()
     try:
-        if kubeconfig_path is None:
+        if choice.in_cluster:
             config.load_incluster_config(client_configuration=configuration)
         else:
-            config.load_kube_config(config_file=kubeconfig_path, client_configuration=configuration)
+            context = first_current_context(choice.files)
+            config.load_kube_config(config_file=choice.config_file, context=context, client_configuration=configuration)
     except (ConfigException, OSError) as exc:
-        where = kubeconfig_path or "in-cluster service account (pass --kubeconfig when outside a cluster)"
-        raise SourceError(f"cannot load Kubernetes config from {where}: {exc}") from exc
+        hint = " (pass --kubeconfig or set $KUBECONFIG when outside a cluster)" if choice.in_cluster else ""
+        raise SourceError(f"cannot load Kubernetes config from {choice.origin}{hint}: {exc}") from exc
     # Binds run in parallel worker threads; urllib3's default pool (5 per CPU) threw away a TLS
     # connection per overflowing bind ("Connection pool is full", kube/THROUGHPUT.md).
     configuration.connection_pool_maxsize = BIND_CONNECTIONS

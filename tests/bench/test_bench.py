@@ -432,3 +432,34 @@ def test_mean_per_profile_table_averages_each_labels_runs_smallest_profile_first
     table = mean_per_profile_table("failed pods (mean per seed)", counts)
     assert table.columns == ["failed pods (mean per seed)", "gpupack", "fgd"]
     assert table.rows == [["1g.10gb", 2.5, 0], ["3g.40gb", 0, 3.0], ["7g.80gb", 0.5, 0]]
+
+
+def test_a_partial_run_writes_its_own_folder_never_the_full_report_or_the_readme(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """#27: `gpupack bench --only …` rewrote bench/results/REPORT.md (titled a full run) and cut the README's table."""
+    temporary, traces = tmp_path / "tmp", tmp_path / "openb"
+    temporary.mkdir()
+    traces.mkdir()
+    (traces / "openb_node_list_gpu_node.csv").write_text("")
+    monkeypatch.setenv(report.TRACES_ENV, str(traces))
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    runs: list[tuple[report.BenchConfig, Path]] = []
+
+    def fake_run_report(config: report.BenchConfig, out: Path, log: object = None) -> dict[str, object]:
+        runs.append((config, out))  # the slow part, not run
+        return {}
+
+    monkeypatch.setattr(report, "run_report", fake_run_report)
+    for argv in (["--only", "openb,churn"], ["--policies", "gpupack,fgd,best-fit"], ["--quick", "--only", "speed"]):
+        assert main(["bench", *argv]) == 0
+        config, out = runs[-1]
+        assert out.parent == temporary and out.name.startswith("gpupack-bench-partial-"), argv
+        assert not config.update_readme and "partial" in config.label, argv
+    assert main(["bench", "--only", "openb", "--out", "bench/results"]) == 2
+    assert main(["bench", "--only", "openb", "--out", str(report.ROOT / "bench" / "results")]) == 2
+    assert "never writes to bench/results" in capsys.readouterr().err
+    assert len(runs) == 3
+    assert main(["bench", "--only", ",".join(report.SECTIONS)]) == 0  # every section: the full run
+    config, out = runs[-1]
+    assert (config.label, config.update_readme, out) == ("full", True, Path("bench/results"))

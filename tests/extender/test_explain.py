@@ -12,7 +12,7 @@ import yaml
 
 from gpupack.cli import main
 from gpupack.extender.explain import explain
-from gpupack.extender.explain_source import kubeconfig_path, load_from_files, load_live, pod_ref_key
+from gpupack.extender.explain_source import load_from_files, load_live, pod_ref_key
 from gpupack.extender.settings import Settings
 from gpupack.extender.state import ClusterState
 from gpupack.kube.sources import ClusterFileSource, SourceError, load_cluster_objects
@@ -157,18 +157,10 @@ def test_pod_references_and_the_kubeconfig_kubectl_would_use(
     for bad in ("a/b/c", "/x", "x/"):
         with pytest.raises(SourceError, match="NAMESPACE/NAME"):
             pod_ref_key(bad, None)
+    # which kubeconfig: tests/kube/test_kubeconfig.py (kubectl's rule, shared by every command)
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert kubeconfig_path("given") == "given"
-    assert kubeconfig_path(None) is None  # neither $KUBECONFIG nor ~/.kube/config: in-cluster
-    (tmp_path / ".kube").mkdir()
-    (tmp_path / ".kube" / "config").write_text("{}")
-    assert kubeconfig_path(None) == str(tmp_path / ".kube" / "config")
-    monkeypatch.setenv("KUBECONFIG", "/a:/b")
-    assert kubeconfig_path(None) == "/a:/b"
-    monkeypatch.delenv("KUBECONFIG")
-    (tmp_path / ".kube" / "config").unlink()
     assert main(["explain", "default/train-0"]) == 2  # outside a cluster, nothing to read
     assert "in-cluster" in capsys.readouterr().err
 

@@ -11,6 +11,7 @@ import json
 import re
 import shutil
 import subprocess
+import tomllib
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ NAMESPACE = "gpupack-system"
 AGENT_NAMESPACE = "gpupack-agent"
 AGENT_FILES = tuple(f"agent/{path.name}#" for path in (MANIFESTS / "agent").glob("*.yaml"))
 SERVICE_ACCOUNT = "gpupack-scheduler"
+IMAGE_NAME = "ghcr.io/gpupack/gpupack"  # as the manifests name it; manifests/kustomization.yaml's images set it
 
 # The gpupack sidecar's ClusterRole, exactly: (API group, resource, verb).
 EXTENDER_RULES = {  # what kube/sources/kube_api.py calls (tests/extender/test_rbac_usage.py derives it)
@@ -230,12 +232,51 @@ def test_kustomization_lists_every_manifest_and_no_example() -> None:
     assert "namespace" not in kustomization, "a kustomize namespace would move the kube-system RoleBinding"
 
 
+def _images(objects: list[dict[str, Any]]) -> list[str]:
+    """The image of every container and init container of `objects`' pod templates."""
+    pods = [obj["spec"]["template"]["spec"] for obj in objects if obj["kind"] in ("Deployment", "DaemonSet")]
+    return [c["image"] for pod in pods for c in pod["containers"] + pod.get("initContainers", [])]
+
+
+def test_the_gpupack_image_is_one_kustomize_setting() -> None:
+    """#27: registry and tag were written out in three containers; now the manifests name the image and
+    manifests/kustomization.yaml's `images` sets both, at the project's version."""
+    gpupack = [i for i in _images([obj for _, obj in _objects(_manifest_files())]) if "kube-scheduler" not in i]
+    assert gpupack == [IMAGE_NAME] * 3  # the sidecar, the metrics proxy, the node agent
+    (kustomization,) = _docs(MANIFESTS / "kustomization.yaml")
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert kustomization["images"] == [{"name": IMAGE_NAME, "newName": IMAGE_NAME, "newTag": version}]
+
+
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
-def test_kustomize_build_renders_every_object() -> None:
+def test_the_rendered_manifests_run_the_gpupack_image_at_the_project_version() -> None:
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    images = _images(_rendered())
+    assert sorted(i for i in images if "kube-scheduler" not in i) == [f"{IMAGE_NAME}:{version}"] * 3
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+def test_the_default_render_needs_no_custom_resource_definition() -> None:
+    """#27: `kubectl apply -k manifests/` must work on a cluster without the Prometheus Operator or any
+    other CRD: every rendered kind is a built-in one kubernetes-validate has a schema for."""
+    for obj in _rendered():
+        group = obj["apiVersion"].rpartition("/")[0]  # "" for the core group
+        assert "." not in group or group.endswith(".k8s.io"), f"{obj['kind']} of {group}: a CRD's"
+        assert (obj["apiVersion"], obj["kind"]) not in CUSTOM_RESOURCES
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def _rendered() -> list[dict[str, Any]]:
+    """`kubectl kustomize manifests/`, as objects."""
     out = subprocess.run(
         ["kubectl", "kustomize", str(MANIFESTS)], check=True, capture_output=True, text=True, timeout=60
     ).stdout
-    rendered = [doc for doc in yaml.safe_load_all(out) if doc]
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+def test_kustomize_build_renders_every_object() -> None:
+    rendered = _rendered()
     (kustomization,) = _docs(MANIFESTS / "kustomization.yaml")
     generated = len(kustomization.get("configMapGenerator", []))  # the Grafana dashboard's ConfigMap
     assert len(rendered) == len(_objects(_manifest_files())) + generated
@@ -437,7 +478,7 @@ def test_deployment_runs_upstream_scheduler_and_gpupack_sidecar() -> None:
     assert (probe["port"], probe["path"], probe["scheme"]) == (10259, "/healthz", "HTTPS")
 
     gpupack = _container("gpupack")
-    assert gpupack["image"] == "ghcr.io/gpupack/gpupack:0.1.0"
+    assert gpupack["image"] == IMAGE_NAME  # registry and tag: test_the_gpupack_image_is_one_kustomize_setting
     assert gpupack["args"] == [
         "serve",
         "--host",

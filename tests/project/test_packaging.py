@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -59,6 +60,19 @@ def test_the_wheel_holds_only_the_gpupack_package(tmp_path: Path) -> None:
     for package in subpackages_on_disk():
         assert f"{package.replace('.', '/')}/__init__.py" in names
     assert "gpupack/agent/kubelet/deviceplugin_pb2.py" in names
+    # the license (#27): pyproject's license-files, the text itself
+    (license_name,) = [name for name in names if name.endswith(".dist-info/licenses/LICENSE")]
+    assert zipfile.ZipFile(wheel).read(license_name) == (ROOT / "LICENSE").read_bytes()
+    (metadata,) = [name for name in names if name.endswith(".dist-info/METADATA")]
+    assert "License-Expression: Apache-2.0" in zipfile.ZipFile(wheel).read(metadata).decode()
+
+
+def test_the_license_is_the_apache_2_text_pyproject_names() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text()
+    assert "Apache License\n                           Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text
 
 
 def test_the_service_imports_neither_matplotlib_nor_the_simulator() -> None:
