@@ -61,14 +61,14 @@ class NodeGpus:
 def _mig_state(
     nvml: Nvml, gpu: int, lost: bool, previous: NodeGpus | None
 ) -> tuple[bool, tuple[MigInstance, ...]]:
-    known = previous is not None and gpu < len(previous.gpus)
-    if lost and known:
-        assert previous is not None
-        return previous.mig_enabled[gpu], previous.instances[gpu]
+    kept = None
+    if previous is not None and gpu < len(previous.gpus):
+        kept = (previous.mig_enabled[gpu], previous.instances[gpu])
+    if lost and kept is not None:
+        return kept
     try:
         return nvml.mig_enabled(gpu), tuple(nvml.mig_instances(gpu))
     except NvmlError:
-        if not known:
+        if kept is None:
             raise
-        assert previous is not None
-        return previous.mig_enabled[gpu], previous.instances[gpu]
+        return kept

@@ -144,7 +144,6 @@ class NodeUsageBook:
     inventory: Inventory
     usage: dict[str, NodeUsage] = field(default_factory=dict)
     holds: dict[str, Placement] = field(default_factory=dict)
-    excluded_holds: dict[str, list[Placement]] = field(default_factory=dict)  # what excluded GPUs' holds took
 
     def unchanged(self, usage: NodeUsage) -> bool:
         """The node's annotation says what the book already holds."""
@@ -165,7 +164,6 @@ class NodeUsageBook:
         """The node is gone or rebuilt: its annotation and hold are forgotten."""
         self.usage.pop(node, None)
         self.holds.pop(node, None)
-        self.excluded_holds.pop(node, None)
 
     def exclusions(self, node: str) -> tuple[Exclusion, ...]:
         """The node's GPUs out of service, by index."""
@@ -179,8 +177,8 @@ class NodeUsageBook:
             return
         out = {e.index for e in usage.excluded}
         free = tuple(slot for slot in self.inventory.free_slots(node) if slot.index in out)
-        if free and (hold := commit_what_fits(self.inventory, Placement(node, free))) is not None:
-            self.excluded_holds.setdefault(node, []).append(hold)
+        if free:  # held until the node is rebuilt, which builds its inventory row anew
+            commit_what_fits(self.inventory, Placement(node, free))
 
     def commit_hold(self, node: str, placed_by_pod: Collection[str]) -> Placement | None:
         """Commit the node's hold: blocked slots and the slots of listed pods not in `placed_by_pod`."""
