@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test quick e2e lint bench lock clean
+.PHONY: run test quick e2e lint bench lock manifests clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,9 +23,11 @@ quick: $(STAMP)
 	$(PY) -m pytest --ignore=tests/e2e -m "not slow"
 
 # etcd, the real kube-apiserver and kube-scheduler of each release in the matrix, gpupack serve, and a
-# real node; Kubernetes programs missing from ~/.cache/gpupack/kube are built first from Go modules
+# real node (gpupack on it from manifests/ and from the Helm chart); Kubernetes programs and helm missing from
+# ~/.cache/gpupack/kube and ~/.cache/gpupack/helm are built first from Go modules
 e2e: $(STAMP)
 	$(PY) -m gpupack.harness.kube_programs
+	$(PY) -m gpupack.harness.helm_program
 	$(PY) -m pytest tests/e2e
 
 # ruff, then mypy over the package and tests, each module under its installed gpupack.* name (.ci/typecheck.py)
@@ -38,6 +40,11 @@ lint: $(STAMP)
 lock: $(STAMP)
 	CUSTOM_COMPILE_COMMAND="make lock" $(PY) -m piptools compile -q --generate-hashes --strip-extras \
 		--no-emit-find-links --output-file requirements.lock pyproject.toml
+
+# manifests/ rendered from the Helm chart charts/gpupack (the e2e suite fails when they are not current);
+# helm is built from its Go module into ~/.cache/gpupack/helm when missing
+manifests: $(STAMP)
+	$(PY) -m gpupack.harness.manifests
 
 bench: $(STAMP)
 	$(VENV)/bin/gpupack bench

@@ -1,17 +1,21 @@
 """What the real-node cases share: the cluster they run on and how they read a pod's devices.
 
 `NodeCluster` is the full control plane at the newest release, the real node, the locally built
-images imported into its containerd and the shipped manifests applied through `deploy.py`. The node's
-GPUs are a fake NVML file (`FAKE_GPUS`): GPUs 0-3 whole (NVLinked pairs 0-1 and 2-3), GPU 4 with static
-MIG instances (one a media-extension instance), GPU 5 with MIG on and no instance (dynamic MIG).
+images imported into its containerd and gpupack installed on it (`running_node_cluster`: the shipped
+manifests through `deploy.py`, or the Helm chart through `helm_deploy.py`). The node's GPUs are a fake
+NVML file (`FAKE_GPUS`): GPUs 0-3 whole (NVLinked pairs 0-1 and 2-3), GPU 4 with static MIG instances
+(one a media-extension instance), GPU 5 with MIG on and no instance (dynamic MIG).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
-from collections.abc import Callable
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,9 +26,12 @@ from gpupack.agent.fake_nvml_file import FileNvml
 from gpupack.agent.kubelet import podresources_pb2 as pr
 from gpupack.agent.kubelet import podresources_pb2_grpc as pr_grpc
 from gpupack.agent.podresources import KubeletPodResources
+from gpupack.harness.kube_programs import NEWEST, MissingBinary
 from gpupack.kube.pod_request import assignment_from_pod
 from gpupack.scoring.facts import GpuSlot
-from tests.e2e.deploy import FAKE_NVML_FILE
+from tests.e2e import images
+from tests.e2e.conftest import missing_program
+from tests.e2e.deploy import FAKE_NVML_DIR, FAKE_NVML_FILE
 from tests.e2e.realcluster import FullControlPlane
 from tests.e2e.realnode import RealNode, RealNodeError, container_log, pod_summary, wait_for
 
@@ -44,6 +51,7 @@ NODE_LABELS = {  # what GPU feature discovery would label, and the agent's node 
 }
 ENV_LINE = re.compile(r"^(NVIDIA_VISIBLE_DEVICES|GPUPACK_GPU_MILLI)=(.*)$", re.M)
 BUSYBOX = "localhost/busybox:e2e"
+VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 
 
 @dataclass
@@ -245,3 +253,69 @@ def reconfigure(cluster: NodeCluster, dynamic: bool) -> None:
         return int(allocatable.get(resource, "0")) > 0 < cluster.allocatable_now(resource)
 
     wait_for(f"the agent to offer {resource}", offered, 180)
+
+
+Install = Callable[[FullControlPlane, str], None]  # (plane, name of the local gpupack image) -> gpupack installed
+
+
+def deployed(cluster: NodeCluster) -> bool:
+    """The agent's plugins are registered and the gpupack scheduler pod is ready."""
+    allocatable = cluster.core().read_node(cluster.node.name).status.allocatable or {}
+    if int(allocatable.get("nvidia.com/gpu", "0")) != 4:
+        return False
+    pods = cluster.core().list_namespaced_pod("gpupack-system").items
+    return any(all(c.ready for c in pod.status.container_statuses or [False]) for pod in pods) and bool(pods)
+
+
+@contextlib.contextmanager
+def running_node_cluster(install: Install) -> Iterator[NodeCluster]:
+    """The plane and the real node with the local images, the fake GPUs and the node's labels; `install`
+    puts gpupack on it. Yields once the agent's GPUs are offered and the gpupack scheduler is ready; torn
+    down afterwards, whatever state it reached."""
+    try:
+        plane = FullControlPlane(NEWEST)
+    except MissingBinary as exc:
+        missing_program(exc)
+    archives = images.build_all(plane.kube_bin / "kube-scheduler", NEWEST)
+    node = RealNode(plane, plane.kube_bin / "kubelet")
+    try:
+        plane.start()
+        node.start(list(archives.values()))
+        write_fake_gpus(Path(FAKE_NVML_FILE))
+        plane.core().patch_node(node.name, {"metadata": {"labels": NODE_LABELS}})
+        install(plane, next(name for name in archives if name.startswith("localhost/gpupack:")))
+        namespace = f"e2e-node-{uuid.uuid4().hex[:5]}"
+        plane.create_namespace(namespace)
+        cluster = NodeCluster(plane, node, namespace)
+        wait_for("the agent's GPUs on the node and the gpupack scheduler ready", lambda: deployed(cluster), 300)
+        yield cluster
+    finally:
+        node.stop()
+        plane.stop()
+        shutil.rmtree(Path(FAKE_NVML_DIR).parent, ignore_errors=True)  # /var/lib/gpupack-e2e
+
+
+def check_devices(cluster: NodeCluster, name: str, timeout: float = 120) -> list[str]:
+    """The container's NVIDIA_VISIBLE_DEVICES equals its assignment and what podresources says it holds.
+
+    podresources names dynamic-MIG devices by their GPU (`<GPU UUID>/<profile>/<k>`): for those the GPU
+    of the assigned slot is what it must hold. Returns the visible UUIDs.
+    """
+    cluster.wait_running(name, timeout)
+    gpus = cluster.gpus()
+    slots = cluster.assignment(name)
+    expected = expected_ids(gpus, slots)
+    visible = cluster.container_env(name)[VISIBLE].split(",")
+    assert sorted(visible) == sorted(expected), name
+    held = {uuid for ids in cluster.held(name).values() for uuid in held_gpus(gpus, ids)}
+    dynamic = {gpus.gpus()[slot.index].uuid for slot in slots if slot.mig} - set(expected)
+    assert held in (set(expected), dynamic | {u for u, s in zip(expected, slots, strict=True) if not s.mig}), name
+    return visible
+
+
+def delete_all(cluster: NodeCluster, names: list[str]) -> None:
+    """Delete the pods and wait until they are gone."""
+    for name in names:
+        cluster.delete(name)
+    for name in names:
+        wait_gone(cluster, name)

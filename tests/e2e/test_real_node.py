@@ -13,106 +13,50 @@ import json
 import shutil
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpupack.harness.kube_programs import NEWEST, MissingBinary
+from gpupack.harness.kube_programs import NEWEST
 from gpupack.kube.keys import ANNOTATION_ASSIGNMENT
-from tests.e2e import deploy, images
-from tests.e2e.conftest import missing_program
+from tests.e2e import deploy
 from tests.e2e.impersonation import SCHEDULER, ApiAs, binding
 from tests.e2e.nodecase import (
     ENV_LINE,
-    NODE_LABELS,
+    VISIBLE,
     NodeCluster,
     blocked_gpus,
+    check_devices,
+    delete_all,
     edit_fake_gpus,
     expected_ids,
     gpu_pod,
-    held_gpus,
     inject_xid,
     reconfigure,
-    wait_gone,
-    write_fake_gpus,
+    running_node_cluster,
 )
 from tests.e2e.realcluster import FullControlPlane
-from tests.e2e.realnode import RealNode, container_log, wait_for
+from tests.e2e.realnode import container_log, wait_for
 
 MINOR = NEWEST.rsplit(".", 1)[0]
-VISIBLE = "NVIDIA_VISIBLE_DEVICES"
-
-
-def deployed(cluster: NodeCluster) -> bool:
-    """The agent's plugins are registered and the gpupack scheduler pod is ready."""
-    allocatable = cluster.core().read_node(cluster.node.name).status.allocatable or {}
-    if int(allocatable.get("nvidia.com/gpu", "0")) != 4:
-        return False
-    pods = cluster.core().list_namespaced_pod("gpupack-system").items
-    return any(all(c.ready for c in pod.status.container_statuses or [False]) for pod in pods) and bool(pods)
 
 
 @pytest.fixture(scope="module")
 def node_cluster() -> Iterator[NodeCluster]:
     """Everything above, for the module; torn down afterwards, whatever state it reached."""
-    try:
-        plane = FullControlPlane(NEWEST)
-    except MissingBinary as exc:
-        missing_program(exc)
-    archives = images.build_all(plane.kube_bin / "kube-scheduler", NEWEST)
     overlay = Path(tempfile.mkdtemp(prefix="gpupack-e2e-overlay-"))
-    node = RealNode(plane, plane.kube_bin / "kubelet")
+
+    def install(plane: FullControlPlane, gpupack_image: str) -> None:
+        folder = deploy.write_overlay(overlay, MINOR, gpupack_image, plane.apiserver_port)
+        deploy.apply(plane.kube_bin / "kubectl", plane.kubeconfig, folder)
+
     try:
-        plane.start()
-        node.start(list(archives.values()))
-        write_fake_gpus(Path(deploy.FAKE_NVML_FILE))
-        core = plane.core()
-        core.patch_node(node.name, {"metadata": {"labels": NODE_LABELS}})
-        gpupack_image = next(name for name in archives if name.startswith("localhost/gpupack:"))
-        deploy.apply(
-            plane.kube_bin / "kubectl",
-            plane.kubeconfig,
-            deploy.write_overlay(overlay, MINOR, gpupack_image, plane.apiserver_port),
-        )
-        namespace = f"e2e-node-{uuid.uuid4().hex[:5]}"
-        plane.create_namespace(namespace)
-        cluster = NodeCluster(plane, node, namespace)
-        wait_for("the agent's GPUs on the node and the gpupack scheduler ready", lambda: deployed(cluster), 300)
-        yield cluster
+        with running_node_cluster(install) as cluster:
+            yield cluster
     finally:
-        node.stop()
-        plane.stop()
         shutil.rmtree(overlay, ignore_errors=True)
-        shutil.rmtree(Path(deploy.FAKE_NVML_DIR).parent, ignore_errors=True)  # /var/lib/gpupack-e2e
-
-
-def check_devices(cluster: NodeCluster, name: str, timeout: float = 120) -> list[str]:
-    """The container's NVIDIA_VISIBLE_DEVICES equals its assignment and what podresources says it holds.
-
-    podresources names dynamic-MIG devices by their GPU (`<GPU UUID>/<profile>/<k>`): for those the GPU
-    of the assigned slot is what it must hold. Returns the visible UUIDs.
-    """
-    cluster.wait_running(name, timeout)
-    gpus = cluster.gpus()
-    slots = cluster.assignment(name)
-    expected = expected_ids(gpus, slots)
-    visible = cluster.container_env(name)[VISIBLE].split(",")
-    assert sorted(visible) == sorted(expected), name
-    held = {uuid for ids in cluster.held(name).values() for uuid in held_gpus(gpus, ids)}
-    dynamic = {gpus.gpus()[slot.index].uuid for slot in slots if slot.mig} - set(expected)
-    assert held in (set(expected), dynamic | {u for u, s in zip(expected, slots, strict=True) if not s.mig}), name
-    return visible
-
-
-def delete_all(cluster: NodeCluster, names: list[str]) -> None:
-    """Delete the pods and wait until they are gone."""
-    for name in names:
-        cluster.delete(name)
-    for name in names:
-        wait_gone(cluster, name)
 
 
 def test_whole_gpus_shares_and_static_mig_start_with_exactly_their_assignment(node_cluster: NodeCluster) -> None:

@@ -31,7 +31,8 @@ NAMESPACE = "gpupack-system"
 AGENT_NAMESPACE = "gpupack-agent"
 AGENT_FILES = tuple(f"agent/{path.name}#" for path in (MANIFESTS / "agent").glob("*.yaml"))
 SERVICE_ACCOUNT = "gpupack-scheduler"
-IMAGE_NAME = "ghcr.io/gpupack/gpupack"  # as the manifests name it; manifests/kustomization.yaml's images set it
+IMAGE_NAME = "ghcr.io/gpupack/gpupack"  # as the chart names it; manifests/kustomization.yaml's images set it
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
 # The gpupack sidecar's ClusterRole, exactly: (API group, resource, verb).
 EXTENDER_RULES = {  # what kube/sources/kube_api.py calls (tests/extender/test_rbac_usage.py derives it)
@@ -50,11 +51,12 @@ def _docs(path: Path) -> list[dict[str, Any]]:
 
 
 COMPONENT_FOLDERS = ("agent",)  # kustomizations of their own, listed by folder (the node agent's DaemonSet)
+FILE_FOLDERS = ("grafana",)  # folders whose files kustomization.yaml lists one by one
 
 
 def _manifest_files() -> list[Path]:
     """The files `kubectl apply -k manifests/` applies (everything but kustomizations and examples)."""
-    folders = [MANIFESTS, *(MANIFESTS / name for name in COMPONENT_FOLDERS)]
+    folders = [MANIFESTS, *(MANIFESTS / name for name in (*COMPONENT_FOLDERS, *FILE_FOLDERS))]
     return sorted(
         p
         for folder in folders
@@ -226,8 +228,8 @@ def test_kustomization_lists_every_manifest_and_no_example() -> None:
     assert kustomization["kind"] == "Kustomization"
     resources = kustomization["resources"]
     assert len(resources) == len(set(resources))
-    top_level = [p.name for p in _manifest_files() if p.parent == MANIFESTS]
-    assert sorted(resources) == sorted([*top_level, *COMPONENT_FOLDERS])
+    listed = [str(p.relative_to(MANIFESTS)) for p in _manifest_files() if p.parent.name not in COMPONENT_FOLDERS]
+    assert sorted(resources) == sorted([*listed, *COMPONENT_FOLDERS])
     assert not any(r.startswith("examples") for r in resources)
     assert "namespace" not in kustomization, "a kustomize namespace would move the kube-system RoleBinding"
 
@@ -239,13 +241,12 @@ def _images(objects: list[dict[str, Any]]) -> list[str]:
 
 
 def test_the_gpupack_image_is_one_kustomize_setting() -> None:
-    """#27: registry and tag were written out in three containers; now the manifests name the image and
-    manifests/kustomization.yaml's `images` sets both, at the project's version."""
+    """#27: registry and tag were written out in three containers; now the chart renders them from its one
+    image value, and manifests/kustomization.yaml's `images` sets both for all three, at the project's version."""
     gpupack = [i for i in _images([obj for _, obj in _objects(_manifest_files())]) if "kube-scheduler" not in i]
-    assert gpupack == [IMAGE_NAME] * 3  # the sidecar, the metrics proxy, the node agent
+    assert gpupack == [f"{IMAGE_NAME}:{VERSION}"] * 3  # the sidecar, the metrics proxy, the node agent
     (kustomization,) = _docs(MANIFESTS / "kustomization.yaml")
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    assert kustomization["images"] == [{"name": IMAGE_NAME, "newName": IMAGE_NAME, "newTag": version}]
+    assert kustomization["images"] == [{"name": IMAGE_NAME, "newName": IMAGE_NAME, "newTag": VERSION}]
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
@@ -277,9 +278,7 @@ def _rendered() -> list[dict[str, Any]]:
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
 def test_kustomize_build_renders_every_object() -> None:
     rendered = _rendered()
-    (kustomization,) = _docs(MANIFESTS / "kustomization.yaml")
-    generated = len(kustomization.get("configMapGenerator", []))  # the Grafana dashboard's ConfigMap
-    assert len(rendered) == len(_objects(_manifest_files())) + generated
+    assert len(rendered) == len(_objects(_manifest_files()))
     for obj in rendered:
         if (obj["apiVersion"], obj["kind"]) not in CUSTOM_RESOURCES:
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
@@ -478,7 +477,7 @@ def test_deployment_runs_upstream_scheduler_and_gpupack_sidecar() -> None:
     assert (probe["port"], probe["path"], probe["scheme"]) == (10259, "/healthz", "HTTPS")
 
     gpupack = _container("gpupack")
-    assert gpupack["image"] == IMAGE_NAME  # registry and tag: test_the_gpupack_image_is_one_kustomize_setting
+    assert gpupack["image"] == f"{IMAGE_NAME}:{VERSION}"  # test_the_gpupack_image_is_one_kustomize_setting
     assert gpupack["args"] == [
         "serve",
         "--host",

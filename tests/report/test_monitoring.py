@@ -26,7 +26,7 @@ from tests.extender_helpers import EXAMPLE_CLUSTER, ROOT, file_state, live_serve
 from tests.report.test_report import small_cluster
 
 MANIFESTS = ROOT / "manifests"
-DASHBOARD = MANIFESTS / "grafana" / "gpupack-dashboard.json"
+DASHBOARD = ROOT / "charts" / "gpupack" / "dashboards" / "gpupack.json"
 PROMQL_WORDS = {
     "sum", "max", "min", "avg", "count", "by", "without", "on", "ignoring", "group_left", "group_right",
     "rate", "irate", "increase", "histogram_quantile", "and", "or", "unless", "offset", "bool", "topk",
@@ -212,8 +212,9 @@ def test_disruption_budget_keeps_one_of_the_two_replicas() -> None:
 
 
 def test_dashboard_is_shipped_by_the_kustomization() -> None:
+    """The chart's dashboard, as the ConfigMap that Grafana's sidecar picks up, in the default apply."""
     (kustomization,) = [d for d in yaml.safe_load_all((MANIFESTS / "kustomization.yaml").read_text()) if d]
-    (generator,) = kustomization["configMapGenerator"]
-    assert generator["files"] == ["gpupack.json=grafana/gpupack-dashboard.json"]
-    assert generator["options"]["labels"] == {"grafana_dashboard": "1"}
-    assert "monitoring.yaml" in kustomization["resources"]
+    assert {"monitoring.yaml", "grafana/dashboard.yaml"} <= set(kustomization["resources"])
+    (config_map,) = [d for d in yaml.safe_load_all((MANIFESTS / "grafana" / "dashboard.yaml").read_text()) if d]
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(config_map["data"]["gpupack.json"]) == json.loads(DASHBOARD.read_text())
