@@ -521,10 +521,13 @@ class Installed:
 
     plane: ControlPlane
     helm: Helm
+    before: set[tuple[str, str]]  # what other cases on this shared plane left labelled as gpupack's
     uninstalled: bool = False
 
 
 def labelled(plane: ControlPlane, renders: Renders) -> list[tuple[str, str, bool]]:
+    # other modules on the session's plane apply the rendered manifests under their own names and leave
+    # them: the cases compare with what was there before they acted
     """(kind, name, being deleted) of every object labelled as gpupack's, of every kind the chart makes."""
     kinds = sorted({resource(o) for o in renders(by_name("every-switch-on"), plane.version)})
     listed = ok(kubectl_on(plane, "get", ",".join(kinds), "--all-namespaces", "-l", PART_OF, "-o", "json"))
@@ -551,13 +554,14 @@ def apps(plane: ControlPlane) -> Any:
 
 
 @pytest.fixture(scope="module")
-def installed(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+def installed(plane: ControlPlane, renders: Renders, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     """`helm install` of the default values as the README says it; uninstalled afterwards if a case did not."""
     helm = helm_on(tmp_path_factory.mktemp("helm-install"), plane.kubeconfig)
     assert namespace_state(plane, AGENT_NAMESPACE) == "absent"
+    before = {(kind, name) for kind, name, _ in labelled(plane, renders)}
     # no --kube-version: helm asks the API server which version it is
     helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace")
-    release = Installed(plane, helm)
+    release = Installed(plane, helm, before)
     try:
         yield release
     finally:
@@ -593,11 +597,15 @@ def test_helm_uninstall_leaves_no_object_of_the_chart(installed: Installed, rend
     # no --wait: the agent's namespace stays Terminating on a plane without the namespace controller
     ok(attempt(installed.helm, "uninstall", RELEASE, "--namespace", NAMESPACE))
     installed.uninstalled = True
-    left = labelled(plane, renders)
-    assert [(kind, name) for kind, name, deleting in left if not (kind == "Namespace" and deleting)] == []
-    assert namespace_state(plane, AGENT_NAMESPACE) in ("absent", "terminating")
-    assert releases(installed.helm) == [] and release_secrets(plane) == []
-    remove_namespace(plane, AGENT_NAMESPACE)  # the namespace controller's part, for the cases after this one
+    try:
+        left = {
+            (kind, name) for kind, name, deleting in labelled(plane, renders) if not (kind == "Namespace" and deleting)
+        }
+        assert left - installed.before == set()
+        assert namespace_state(plane, AGENT_NAMESPACE) in ("absent", "terminating")
+        assert releases(installed.helm) == [] and release_secrets(plane) == []
+    finally:
+        remove_namespace(plane, AGENT_NAMESPACE)  # the namespace controller's part, for the cases after this one
 
 
 # ------------------------------------------------------------------ 4. refused values
@@ -635,12 +643,13 @@ def test_a_wrong_value_fails_helm_install_before_anything_is_created(
     helm = helm_on(tmp_path, plane.kubeconfig)
     namespaces = (REFUSED_NAMESPACE, AGENT_NAMESPACE)
     assert [namespace_state(plane, name) for name in namespaces] == ["absent", "absent"]
+    before = labelled(plane, renders)
     argv = ["install", RELEASE, str(CHART), "--namespace", REFUSED_NAMESPACE, "--create-namespace", *args]
     done = attempt(helm, *argv)
     assert done.returncode != 0
     assert all(message in done.stderr for message in messages), done.stderr
     assert releases(helm) == [] and release_secrets(plane) == []
-    assert labelled(plane, renders) == []
+    assert labelled(plane, renders) == before
     assert [namespace_state(plane, name) for name in namespaces] == ["absent", "absent"]
 
 
