@@ -2,7 +2,7 @@
 
 The routes and bodies are docs/contracts.md#extender-http-api.
 
-- `POST /filter`, `/prioritize`, `/bind`: plain ASGI endpoints (`VerbEndpoint`) in the FastAPI
+- `POST /filter`, `/prioritize`, `/preempt`, `/bind`: plain ASGI endpoints (`VerbEndpoint`) in the FastAPI
   router. They read raw bytes and answer bytes, so FastAPI's per-request machinery (parameter
   solving, Response objects) buys them nothing and costs ~0.1 ms a call (bench/speed.py's bare
   FastAPI handler pays it); the middleware stack and routing are FastAPI's as for every route.
@@ -14,7 +14,8 @@ The routes and bodies are docs/contracts.md#extender-http-api.
   worker thread.
   A body kube-scheduler would never send gets 400 `{"Error": reason}`. An unexpected failure is
   logged (with its traceback the first time per verb and exception type) and answered in the verb's
-  own terms — a filter `Error`, a bind `Error`, an empty priority list — never a 500.
+  own terms — a filter `Error`, a bind `Error`, an empty priority list, a preempt answer keeping no
+  node (nothing is evicted) — never a 500.
 - Time limit (`verbTimeoutSeconds`, below kube-scheduler's 5 s `httpTimeout`): a body still
   arriving then gets 408; a verb still working then is answered in its own terms as above, and its
   thread stops at its next phase, committing nothing (extender.verbs.Deadline); so does the work of
@@ -49,7 +50,7 @@ from gpupack.extender.inline import HeavyRequest, on_event_loop
 from gpupack.extender.service_metrics import CONTENT_TYPE, Metrics
 from gpupack.extender.settings import Settings
 from gpupack.extender.state import ClusterState
-from gpupack.extender.wire import ExtenderBindingResult, WireError, filter_error
+from gpupack.extender.wire import ExtenderBindingResult, WireError, filter_error, preemption_error
 
 logger = logging.getLogger(__name__)
 JSON = "application/json"
@@ -182,6 +183,10 @@ def create_app(state: ClusterState, settings: Settings, metrics: Metrics | None 
         "prioritize": VerbEndpoint(
             "prioritize", lambda body, deadline: verbs.prioritize_body(state, body, deadline),
             lambda reason: b"[]", state, settings, metrics, inline=True, heavy=heavy,
+        ),
+        "preempt": VerbEndpoint(
+            "preempt", lambda body, deadline: verbs.preempt_body(state, body, deadline),
+            lambda reason: preemption_error().to_json(), state, settings, metrics, heavy=heavy,
         ),
         "bind": VerbEndpoint(
             "bind", lambda body, _deadline: verbs.bind_body(state, body),

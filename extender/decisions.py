@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from gpupack.extender.inline import leave_the_loop_if_heavy
+from gpupack.extender.nominations import Nominations
 from gpupack.extender.pod_events import PodEvents, PodRef, no_node_note
 from gpupack.extender.pod_ledger import PodLedger, identity
 from gpupack.extender.reservations import Ended, ReservationBook
@@ -59,6 +60,7 @@ class Outcome(StrEnum):
     UNSCHEDULABLE = "unschedulable"  # no candidate fits
     FEASIBLE = "feasible"  # decideInFilter: false, some candidates fit
     BAD_REQUEST = "bad-request"  # the pod's request cannot be placed anywhere
+    NOMINATED = "nominated"  # a preemptor given the placement held for it since its victims went (#28)
 
 
 def verdicts(chosen: str | None, failed: Mapping[str, str], unresolvable: dict[str, str]) -> Verdicts:
@@ -130,6 +132,7 @@ class ServiceDecisions:
         decider: Decider,
         book: ReservationBook,
         events: PodEvents,
+        nominations: Nominations | None = None,
     ) -> None:
         self.lock = lock
         self.settings = settings
@@ -138,6 +141,7 @@ class ServiceDecisions:
         self.decider = decider
         self.book = book
         self.events = events
+        self.nominations = nominations  # holds for nominated preemptors (extender.nominations)
         self.seen = SeenRequests()
         self.counts: Counter[tuple[Outcome, str]] = Counter()  # decisions by (outcome, reason)
         self._reason_texts = reason_texts(NOT_CHOSEN)
@@ -210,6 +214,11 @@ class ServiceDecisions:
                     self.counts[Outcome.REUSED, ""] += 1
                     return answer(reservation.node, self._failed_nodes(known, row, None), unresolvable)
                 self.ledger.release(self.book.forget(uid, Ended.NOT_A_CANDIDATE))
+            if self.nominations is not None:
+                self.nominations.refresh()
+                held = self.nominations.ready(uid, known)
+                if held is not None:
+                    return self._hand_over(uid, key, request, held, known, unresolvable, answer, started)
             decision = self.decider.decide(request, (known,), observe=False)
             unresolvable.update(decision.unresolvable())  # what the nodes lack: no preemption helps (#18)
             placement = decision.placement
@@ -223,9 +232,34 @@ class ServiceDecisions:
             built = answer(placement.node, self._failed_nodes(known, chosen, decision), unresolvable)
             self.inventory.commit(placement)
             self.book.assume(uid, key, placement, request)
+            if self.nominations is not None:
+                self.nominations.placed_elsewhere(uid)
             self.counts[Outcome.PLACED, ""] += 1
             self._log(key, placement, decision.score_of(chosen), started, decision.rows.size)
             return built
+
+    def _hand_over(
+        self,
+        uid: str,
+        key: str,
+        request: PodRequest,
+        held: Placement,
+        known: np.ndarray,
+        unresolvable: dict[str, str],
+        answer: AnswerBuilder[Answer],
+        started: float,
+    ) -> Answer:
+        """A nominee's filter: the placement held for it since its victims went becomes its reservation."""
+        assert self.nominations is not None
+        row = self.inventory.index[held.node]
+        built = answer(held.node, self._failed_nodes(known, row, None), unresolvable)  # nothing changed yet
+        placement = self.nominations.hand_over(uid)
+        if placement is None:  # the inventory refused it (cannot happen while the pieces were held)
+            return answer(None, self._failed_nodes(known, -1, None), unresolvable)
+        self.book.assume(uid, key, placement, request)
+        self.counts[Outcome.NOMINATED, ""] += 1
+        self._log(key, placement, None, started, int(known.sum()))
+        return built
 
     def _failed_nodes(self, known: np.ndarray, chosen: int, decision: Decision | None) -> RowReasons:
         """FailedNodes: the infeasible candidates with their reasons and, with `reportNotChosen`, every
@@ -243,9 +277,13 @@ class ServiceDecisions:
     def feasible_for_filter(
         self, pod: Mapping[str, Any], candidates: Sequence[str] | NameArray
     ) -> tuple[list[str], dict[str, str], dict[str, str]]:
-        """decideInFilter: false — every feasible candidate passes, nothing is reserved."""
+        """decideInFilter: false — every feasible candidate passes, nothing is reserved. A nominee whose
+        placement is held whole gets its hold given back first, to compete for it now (nothing reserves)."""
         with self.lock:
             self.ledger.expire()
+            if self.nominations is not None:
+                self.nominations.refresh()
+                self.nominations.let_go(identity(pod_uid(pod), pod_key(pod)))
             evaluation = self._evaluate(pod, candidates)
             decision = evaluation.decision
             if decision is None:

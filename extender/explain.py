@@ -6,6 +6,9 @@ else in-cluster; the pod as NAMESPACE/NAME) or a cluster file and a one-pod file
 node. Per node: verdict (chosen / feasible / infeasible / unresolvable), the reason, the policy score
 and its parts, and the node's GPUs out of service (unhealthy or cordoned: nothing new goes on them; an
 infeasible node's reason names them); then the winner, the runner-up and the part that made the difference.
+A pod that fits nowhere is also explained as the preempt verb would answer for it (#28): on each node,
+the pods gpupack would evict (the cheapest set by `scoring.preemption`'s rule) and the placement that
+frees, cheapest node first, or why no set works there.
 """
 
 from __future__ import annotations
@@ -24,9 +27,12 @@ from gpupack.extender.explain_source import Loaded, load_from_cluster, load_from
 from gpupack.extender.settings import SettingsError, load_settings
 from gpupack.extender.state import ClusterState
 from gpupack.kube.node_usage import Exclusion
-from gpupack.kube.pods import pod_key
+from gpupack.kube.pods import pod_key, pod_priority
 from gpupack.kube.sources import SourceError
 from gpupack.scoring.explain_parts import score_parts
+from gpupack.scoring.preemption import Occupant, VictimPlan, plan_cost
+
+NO_PLAN = "evicting every pod of lower priority here would not make room"
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,8 @@ def explain(state: ClusterState, pod: dict[str, Any]) -> dict[str, Any]:
         with_exclusions(NodeVerdict(**{**asdict(v), "parts": parts.get(v.node, {})}), excluded.get(v.node, ()))
         for v in node_verdicts(evaluation)
     ]
+    fits_nowhere = evaluation.decision is not None and placement is None
+    preempting = preemption(state, pod, [v.node for v in verdicts]) if fits_nowhere else None
     return {
         "pod": pod_key(pod),
         "bound_to": (pod.get("spec") or {}).get("nodeName") or None,
@@ -90,6 +98,39 @@ def explain(state: ClusterState, pod: dict[str, Any]) -> dict[str, Any]:
         "placement": placement.to_assignment() if placement else None,
         "runner_up": runner_up(verdicts),
         "nodes": [asdict(verdict) for verdict in verdicts],
+        "preemption": preempting,
+    }
+
+
+def preemption(state: ClusterState, pod: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
+    """What the preempt verb would answer for `pod` on every node: its victims there, cheapest node first.
+    Explain's state is its own: the plans it remembers for nominations go nowhere."""
+    plans = state.preemptions.plan(pod, nodes)
+    ranked = sorted(plans.values(), key=lambda plan: (plan_cost(plan.victims), plan.node))
+    return {
+        "priority": pod_priority(pod),
+        "nodes": [plan_entry(plan) for plan in ranked],
+        "no_plan": {node: NO_PLAN for node in nodes if node not in plans},
+    }
+
+
+def plan_entry(plan: VictimPlan) -> dict[str, Any]:
+    """One node's plan: the victims with what made them cheap, and where the pod would go."""
+    return {
+        "node": plan.node,
+        "victims": [victim_entry(victim) for victim in plan.victims],
+        "placement": plan.placement.to_assignment(),
+    }
+
+
+def victim_entry(victim: Occupant) -> dict[str, Any]:
+    """A victim as the rule weighs it (PDB first, then priority, interruptible first, then GPU-time)."""
+    return {
+        "pod": victim.key,
+        "priority": victim.priority,
+        "interruptible": victim.interruptible,
+        "breaks_budget": victim.breaks_budget,
+        "gpu_seconds": round(victim.gpu_seconds, 1),
     }
 
 
@@ -164,7 +205,31 @@ def render_text(report: dict[str, Any]) -> str:
         score = "-" if n["score"] is None else f"{n['score']:.4f}"
         why = n["reason"] or "  ".join(f"{name} {value:+.3f}" for name, value in n["parts"].items())
         lines.append(f"{n['node']:<{width}}  {n['verdict']:<12}  {score:>9}  {why}".rstrip())
+    lines += preemption_text(report.get("preemption"))
     return "\n".join(line for line in lines if line) + "\n"
+
+
+def preemption_text(preempting: dict[str, Any] | None) -> list[str]:
+    """The lines of what preemption would evict, cheapest node first ([] when the pod fits somewhere)."""
+    if preempting is None:
+        return []
+    lines = [f"if it preempts (priority {preempting['priority']}), cheapest node first:"]
+    for plan in preempting["nodes"]:
+        gpus = orjson.dumps(plan["placement"]["gpus"]).decode()
+        lines.append(f"  {plan['node']}: evict {len(plan['victims'])}, then gpus: {gpus}")
+        lines += [f"    {victim_text(victim)}" for victim in plan["victims"]]
+    lines += [f"  {node}: {why}" for node, why in preempting["no_plan"].items()]
+    return lines
+
+
+def victim_text(victim: dict[str, Any]) -> str:
+    """One victim and what made it cheap."""
+    traits = [f"priority {victim['priority']}", f"{victim['gpu_seconds']:.0f} GPU-seconds"]
+    if victim["interruptible"]:
+        traits.insert(1, "interruptible")
+    if victim["breaks_budget"]:
+        traits.insert(0, "breaks a PodDisruptionBudget")
+    return f"{victim['pod']} ({', '.join(traits)})"
 
 
 def why_text(report: dict[str, Any]) -> str:

@@ -20,6 +20,8 @@ from gpupack.extender.wire import (
     ExtenderBindingArgs,
     ExtenderBindingResult,
     ExtenderFilterResult,
+    ExtenderPreemptionArgs,
+    ExtenderPreemptionResult,
     HostPriority,
 )
 from gpupack.kube.keys import RESOURCE_CPU, RESOURCE_GPU, RESOURCE_GPU_MILLI, RESOURCE_MEMORY, RESOURCE_MIG_PREFIX
@@ -183,9 +185,32 @@ def bind_operation() -> dict[str, Any]:
     }
 
 
+def preempt_operation() -> dict[str, Any]:
+    """The operation of `POST /preempt`: exactly one of the two victim maps is non-null (#28)."""
+    schema = schema_of(ExtenderPreemptionArgs)
+    schema["properties"]["Pod"] = schema_of(PodFields)
+    schema["required"] = ["Pod"]
+    schema["oneOf"] = [
+        {"properties": {"NodeNameToVictims": {"type": "null"}, "NodeNameToMetaVictims": {"type": "object"}}},
+        {"properties": {"NodeNameToVictims": {"type": "object"}, "NodeNameToMetaVictims": {"type": "null"}}},
+    ]
+    return {
+        "requestBody": _body(schema),
+        "responses": {
+            "200": _answer("ExtenderPreemptionResult", schema_of(ExtenderPreemptionResult, "serialization")),
+            **_refusals(),
+        },
+    }
+
+
 def verb_paths() -> dict[str, Any]:
-    """The OpenAPI paths of `POST /filter`, `/prioritize` and `/bind`."""
-    operations = {"filter": filter_operation(), "prioritize": prioritize_operation(), "bind": bind_operation()}
+    """The OpenAPI paths of `POST /filter`, `/prioritize`, `/preempt` and `/bind`."""
+    operations = {
+        "filter": filter_operation(),
+        "prioritize": prioritize_operation(),
+        "preempt": preempt_operation(),
+        "bind": bind_operation(),
+    }
     return {
         f"/{verb}": {"post": {"summary": verb.capitalize(), "operationId": verb, **operation}}
         for verb, operation in operations.items()

@@ -51,10 +51,18 @@ from gpupack.kube.pod_request import (
     AssignmentError,
     UnreadableCharge,
     assignment_from_pod,
+    pod_is_interruptible,
     request_from_pod,
     unreadable_charge,
 )
-from gpupack.kube.pods import pod_key, pod_uid
+from gpupack.kube.pods import (
+    pod_is_terminating,
+    pod_key,
+    pod_labels,
+    pod_priority,
+    pod_started_at,
+    pod_uid,
+)
 from gpupack.kube.sources.events import Event, NodeDeleted, NodeUpserted, PodDeleted, PodUpserted, Synced
 from gpupack.scoring.decider import Decider
 from gpupack.scoring.facts import Placement
@@ -83,6 +91,28 @@ class PlacedBy(StrEnum):
     UNREADABLE = "unreadable"  # rule 2: all it can be using there (UnreadableCharge)
 
 
+@dataclass(frozen=True)
+class PodLife:
+    """What preemption needs to know of a bound pod (#28), read afresh on every update of the pod."""
+
+    priority: int = 0  # spec.priority, 0 when absent
+    interruptible: bool = False  # gpupack.io/interruptible: "true"
+    started: float | None = None  # status.startTime, else creationTimestamp (epoch seconds)
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)  # for PodDisruptionBudget selectors
+    terminating: bool = False  # metadata.deletionTimestamp is set
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any]) -> PodLife:
+        """The pod's life as its object shows it."""
+        return cls(
+            priority=pod_priority(pod),
+            interruptible=pod_is_interruptible(pod),
+            started=pod_started_at(pod),
+            labels=pod_labels(pod),
+            terminating=pod_is_terminating(pod),
+        )
+
+
 @dataclass
 class PodRecord:
     """A bound pod and the capacity it holds (None while it fits nowhere on its node)."""
@@ -96,6 +126,7 @@ class PodRecord:
     placement: Placement | None = None
     how: PlacedBy = PlacedBy.NOTHING
     unreadable: UnreadableCharge | None = None  # set when the request cannot be read (then `request` is empty)
+    life: PodLife = dataclasses.field(default_factory=PodLife)  # what preemption weighs (#28)
 
 
 @dataclass(frozen=True)
@@ -109,6 +140,7 @@ class BoundPod:
     how: PlacedBy
     claimed: Placement | None  # its own valid gpupack.io/assignment, if any
     unreadable: bool  # its request cannot be read: it is charged all it can be using
+    life: PodLife = PodLife()  # priority, interruptible, start, labels, terminating (#28)
 
 
 class PodLedger:
@@ -165,9 +197,13 @@ class PodLedger:
     def bound_pods(self) -> list[BoundPod]:
         """Every bound pod, as copies."""
         return [
-            BoundPod(r.uid, r.key, r.node, r.placement, r.how, r.claimed, r.unreadable is not None)
+            BoundPod(r.uid, r.key, r.node, r.placement, r.how, r.claimed, r.unreadable is not None, r.life)
             for r in self._pods.values()
         ]
+
+    def on_node(self, node: str) -> list[PodRecord]:
+        """The records of the pods bound to `node` (the records themselves: callers must not change them)."""
+        return [self._pods[uid] for uid in self._by_node.get(node, ())]
 
     def counts(self) -> tuple[int, int, int]:
         """(bound pods, of them holding nothing yet, of them with an unreadable request)."""
@@ -297,10 +333,12 @@ class PodLedger:
         existing = self._pods.get(uid)
         if existing is not None and existing.node == node:
             existing.annotation = annotation
+            existing.life = PodLife.of(pod)  # started, terminating and labels change while it lives
             if existing.placement is None and self._synced:
                 self._take(existing)
             return  # a bound pod never moves: its capacity stays where it is
         record = self._bound_record(pod, uid, key, node, annotation)
+        record.life = PodLife.of(pod)
         if existing is not None:
             self._drop(existing)
         self._pods[uid] = record

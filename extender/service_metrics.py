@@ -99,6 +99,34 @@ class _StateCollector(Collector):
         for reason, count in sorted(snap.bind_failures.items()):
             failures.add_metric((reason,), count)
         yield failures
+        calls = CounterMetricFamily(
+            "gpupack_preempt_calls",
+            "Preempt calls by outcome: answered, bad-request (the preemptor's request cannot be read), not-synced.",
+            labels=("outcome",),
+        )
+        for outcome, count in sorted(snap.preempt_calls.items()):
+            calls.add_metric((outcome,), count)
+        yield calls
+        nodes = CounterMetricFamily(
+            "gpupack_preempt_nodes",
+            "Nodes proposed to preempt by outcome: planned (victims chosen), no-plan, no-victims-needed, "
+            "unknown-node (the last three are left out of the answer).",
+            labels=("outcome",),
+        )
+        for outcome, count in sorted(snap.preempt_nodes.items()):
+            nodes.add_metric((outcome,), count)
+        yield nodes
+        holds_ended = CounterMetricFamily(
+            "gpupack_nomination_holds_ended",
+            "Holds of nominated preemptors (the placement their victims free) that ended, by how.",
+            labels=("how",),
+        )
+        for how, count in sorted(snap.holds_ended.items()):
+            holds_ended.add_metric((how,), count)
+        yield holds_ended
+        yield GaugeMetricFamily(
+            "gpupack_nomination_holds", "Nominated preemptors holding part or all of their placement.", value=snap.holds
+        )
         events = CounterMetricFamily("gpupack_events", "Events written on pods, by reason.", labels=("reason",))
         for reason, count in sorted(snap.events.items()):
             events.add_metric((reason,), count)

@@ -1,6 +1,6 @@
 """The live cluster picture the extender answers from, and the one object the rest of the code uses.
 
-`ClusterState` is a façade over three parts, each in a module of its own, sharing one lock
+`ClusterState` is a façade over these parts, each in a module of its own, sharing one lock
 (`ClusterState.lock`, a `threading.RLock`) that serialises every decision and every event application:
 
 - the pod ledger (extender.pod_ledger): nodes and bound pods from source events, and the capacity
@@ -8,7 +8,10 @@
 - the decisions (extender.decisions.ServiceDecisions): filter, which chooses and reserves at once,
   prioritize and explain, all through the one decider (scoring.decider.Decider);
 - the binder (extender.binder): the Binding that carries the assignment, written with the lock
-  released.
+  released;
+- preemption (#28): the preempt verb's plans (extender.preemption, over extender.occupants and the
+  PodDisruptionBudgets of extender.budgets), and the holds of nominated preemptors
+  (extender.nominations), applied around each source event and handed over by filter.
 
 Reservations (extender.reservations) are what filter hands to bind; Events on pods
 (extender.pod_events) are written by a thread of their own and never hold the lock.
@@ -18,14 +21,16 @@ The read-outs below (`snapshot`, `bound_pods`, `remembered_requests`, ...) are w
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
 from gpupack.extender.binder import Binder, BindFailure
+from gpupack.extender.budgets import DisruptionBudgets
 from gpupack.extender.decisions import (
     Answer,
     AnswerBuilder,
@@ -35,8 +40,10 @@ from gpupack.extender.decisions import (
     Verdicts,
     verdicts,
 )
+from gpupack.extender.nominations import Nominations
 from gpupack.extender.pod_events import PodEvents
 from gpupack.extender.pod_ledger import BoundPod, PodLedger
+from gpupack.extender.preemption import Check, Preemptions
 from gpupack.extender.reservations import Clock, ReservationBook
 from gpupack.extender.settings import Settings
 from gpupack.kube.node_usage import Exclusion
@@ -47,8 +54,11 @@ from gpupack.scoring.facts import Placement
 from gpupack.scoring.inventory import Inventory
 from gpupack.scoring.names import NameArray
 from gpupack.scoring.policies import baseline
+from gpupack.scoring.preemption import VictimPlan
 from gpupack.scoring.request import PodRequest
 from gpupack.scoring.usage import UsageTotals
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -69,6 +79,10 @@ class Snapshot:
     bind_failures: dict[str, int]
     synced: bool
     warm: bool
+    preempt_calls: dict[str, int] = field(default_factory=dict)  # preempt calls by outcome
+    preempt_nodes: dict[str, int] = field(default_factory=dict)  # proposed nodes by outcome
+    holds: int = 0  # nominees holding some of their planned placement
+    holds_ended: dict[str, int] = field(default_factory=dict)  # nominees' holds ended, by how
     events: dict[str, int] = field(default_factory=dict)  # events on pods written, by reason
     event_failures: dict[str, int] = field(default_factory=dict)  # ... not written, by why
     extra: dict[str, Any] = field(default_factory=dict)
@@ -96,10 +110,15 @@ class ClusterState:
         self.ledger = PodLedger(self.lock, self.inventory, self.book, first_fit, settings.price_table())
         self.node_usage = self.ledger.node_usage  # gpupack.io/devices-in-use, from gpupack agent
         self.events = PodEvents(lambda: self.binder.writer, clock)  # Events on pods, written through the writer
+        self.nominations = Nominations(self.inventory, clock)  # holds for nominated preemptors (#28)
         self.service_decisions = ServiceDecisions(
-            self.lock, settings, self.ledger, self.decider, self.book, self.events
+            self.lock, settings, self.ledger, self.decider, self.book, self.events, self.nominations
         )
         self.binder = Binder(self.lock, self.ledger, self.service_decisions, self.book, self.events)
+        self.budgets = DisruptionBudgets()  # PodDisruptionBudgets, for preemption's victims (#28)
+        self.preemptions = Preemptions(self.lock, self.ledger, self.decider, self.budgets.breaks)  # (#28)
+        self.preemptions.on_plans.append(self.nominations.remember)
+        self.preemptions.held_for = self.nominations.held_for
         self.ledger.on_pod_gone += [self.service_decisions.seen.forget, self.events.forget]
         self._warm = False
 
@@ -134,8 +153,21 @@ class ClusterState:
         self.binder.writer = writer
 
     def apply(self, event: Event) -> None:
-        """Apply one source event (the sources' `on_event` callback)."""
-        self.ledger.apply(event)
+        """Apply one source event (the sources' `on_event` callback), around it the nominees' holds."""
+        with self.lock:
+            self._around_event(self.nominations.before, event)
+            self.ledger.apply(event)
+            self._around_event(self.budgets.apply, event)
+            self._around_event(self.nominations.after, event)
+
+    @staticmethod
+    def _around_event(step: Callable[[Event], None], event: Event) -> None:
+        """A step besides the ledger's (holds, budgets); one that fails is logged and the stream goes on: a
+        failed hold step leaves fewer holds, never more; a failed budget step leaves the budget as it was."""
+        try:
+            step(event)
+        except Exception:
+            logger.exception("could not follow %s (%s)", type(event).__name__, getattr(step, "__qualname__", step))
 
     @overload
     def decide_for_filter(self, pod: Mapping[str, Any], candidates: Sequence[str] | NameArray) -> Verdicts: ...
@@ -169,6 +201,14 @@ class ClusterState:
     def evaluate(self, pod: Mapping[str, Any], candidates: Sequence[str] | None = None) -> Evaluation:
         """Where the pod would go among `candidates` (default: every node), reserving nothing."""
         return self.service_decisions.evaluate(pod, candidates)
+
+    def plan_preemption(
+        self, pod: Mapping[str, Any], candidates: Sequence[str], check: Check | None = None
+    ) -> dict[str, VictimPlan]:
+        """Per proposed node, the victims gpupack would evict for `pod` (`Preemptions.plan`)."""
+        if check is None:
+            return self.preemptions.plan(pod, candidates)
+        return self.preemptions.plan(pod, candidates, check)
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Create the Binding that carries the assignment annotation (`Binder.bind`); BindError with a reason."""
@@ -206,6 +246,10 @@ class ClusterState:
                 bind_failures={str(why): n for why, n in self.bind_failures.items()},
                 synced=self.ledger.synced,
                 warm=self._warm,
+                preempt_calls={str(k): n for k, n in self.preemptions.calls.items()},
+                preempt_nodes={str(k): n for k, n in self.preemptions.nodes.items()},
+                holds=len(self.nominations.held()),
+                holds_ended={str(k): n for k, n in self.nominations.ended.items()},
                 events=events_written,
                 event_failures=event_failures,
             )

@@ -1,4 +1,4 @@
-"""The three extender verbs as body bytes in, body bytes out: parse (extender.wire), ask the state, serialise.
+"""The extender verbs as body bytes in, body bytes out: parse (extender.wire), ask the state, serialise.
 
 Raises WireError for a body kube-scheduler would never send (the HTTP layer answers 400); everything
 about the pod itself is answered in the verb's own terms (per-node verdicts, or a bind `Error`).
@@ -27,12 +27,16 @@ from gpupack.extender.wire import (
     MAX_NAMESPACE_CHARS,
     MAX_UID_CHARS,
     ExtenderBindingResult,
+    ExtenderPreemptionResult,
     HostPriority,
+    MetaPod,
+    MetaVictims,
     WireError,
     filter_error,
     filter_result,
     parse_binding_args,
     parse_extender_args,
+    parse_preemption_args,
     priorities_json,
 )
 
@@ -143,6 +147,24 @@ def prioritize_body(state: ClusterState, body: bytes, deadline: Deadline = NO_DE
     scores = state.scores_for_prioritize(args.pod, args.candidate_names())
     deadline.check("answering")
     return priorities_json(HostPriority(host=host, score=score) for host, score in scores)
+
+
+def preempt_body(state: ClusterState, body: bytes, deadline: Deadline = NO_DEADLINE) -> bytes:
+    """Answer `POST /preempt`: per proposed node, the victims gpupack chose by uid; other nodes left out."""
+    args = parse_preemption_args(body, state.settings.max_candidates)
+    check_pod(args.pod)
+    deadline.check("planning")
+    plans = state.plan_preemption(args.pod, args.candidate_names(), deadline.check)
+    deadline.check("answering")
+    return ExtenderPreemptionResult(
+        node_name_to_meta_victims={
+            node: MetaVictims(
+                pods=[MetaPod(uid=victim.uid) for victim in plan.victims],
+                num_pdb_violations=sum(victim.breaks_budget for victim in plan.victims),
+            )
+            for node, plan in plans.items()
+        }
+    ).to_json()
 
 
 def bind_body(state: ClusterState, body: bytes) -> bytes:

@@ -160,6 +160,80 @@ class ExtenderBindingResult(_Wire):
         return orjson.dumps(self.model_dump(by_alias=True))
 
 
+MAX_VICTIMS_PER_NODE = 10_000  # pods named as victims on one node (kubelet's own limit is far lower)
+
+
+class MetaPod(_Wire):
+    """A pod named by its uid (nodeCacheCapable: kube-scheduler and gpupack both know the pods)."""
+
+    uid: str = Field(alias="UID", max_length=MAX_UID_CHARS)
+
+
+class MetaVictims(_Wire):
+    """The victims proposed or chosen on one node, by uid, and how many PodDisruptionBudgets they break."""
+
+    pods: list[MetaPod] = Field(default_factory=list, alias="Pods", max_length=MAX_VICTIMS_PER_NODE)
+    num_pdb_violations: int = Field(default=0, alias="NumPDBViolations", ge=0)
+
+
+class Victims(_Wire):
+    """The victims kube-scheduler proposes on one node, as whole Pod objects (nodeCacheCapable: false)."""
+
+    pods: list[dict[str, Any]] = Field(default_factory=list, alias="Pods", max_length=MAX_VICTIMS_PER_NODE)
+    num_pdb_violations: int = Field(default=0, alias="NumPDBViolations", ge=0)
+
+
+class ExtenderPreemptionArgs(_Wire):
+    """Body of `POST /preempt`: the preemptor and the candidate nodes with kube-scheduler's own victims.
+
+    kube-scheduler sends `NodeNameToMetaVictims` (uids) with `nodeCacheCapable: true`, else
+    `NodeNameToVictims` (Pod objects); the other key is null. gpupack reads only the node names:
+    it chooses its own victims (extender.preemption).
+    """
+
+    pod: dict[str, Any] = Field(alias="Pod")
+    node_name_to_victims: dict[str, Victims | None] | None = Field(default=None, alias="NodeNameToVictims")
+    node_name_to_meta_victims: dict[str, MetaVictims | None] | None = Field(
+        default=None, alias="NodeNameToMetaVictims"
+    )
+
+    def candidate_names(self) -> list[str]:
+        """The nodes kube-scheduler proposes, in the order it sent them."""
+        return list(self.node_name_to_meta_victims or self.node_name_to_victims or {})
+
+
+class ExtenderPreemptionResult(_Wire):
+    """Answer to `POST /preempt`: per node kept, the victims gpupack chose (by uid). A node left out is
+    one where gpupack would not preempt; an empty map lets no preemption happen."""
+
+    node_name_to_meta_victims: dict[str, MetaVictims] = Field(default_factory=dict, alias="NodeNameToMetaVictims")
+
+    def to_json(self) -> bytes:
+        """The body, `{"NodeNameToMetaVictims": {node: {"Pods": [{"UID": ...}], "NumPDBViolations": n}}}`."""
+        return orjson.dumps(self.model_dump(by_alias=True))
+
+
+def parse_preemption_args(body: bytes, max_candidates: int = DEFAULT_MAX_CANDIDATES) -> ExtenderPreemptionArgs:
+    """Parse a preempt body. Raises WireError unless exactly one of NodeNameToVictims /
+    NodeNameToMetaVictims is non-null, or when it names more than `max_candidates` nodes or a node
+    name longer than MAX_NAME_CHARS."""
+    args = _parse(body, ExtenderPreemptionArgs)
+    meta, full = args.node_name_to_meta_victims, args.node_name_to_victims
+    if (meta is None) == (full is None):
+        given = "both" if meta is not None else "neither"
+        raise WireError(f"exactly one of NodeNameToVictims and NodeNameToMetaVictims must be non-null, got {given}")
+    field, nodes = ("NodeNameToMetaVictims", meta) if meta is not None else ("NodeNameToVictims", full or {})
+    if "" in nodes:
+        raise WireError(f"{field}: an empty node name")
+    _check_candidates(field, len(nodes), max(map(len, nodes), default=0), max_candidates)
+    return args
+
+
+def preemption_error() -> ExtenderPreemptionResult:
+    """The preempt answer that lets no preemption happen (no node kept): for failures and timeouts."""
+    return ExtenderPreemptionResult()
+
+
 def parse_extender_args(body: bytes, max_candidates: int = DEFAULT_MAX_CANDIDATES) -> ExtenderArgs:
     """Parse a filter/prioritize body. Raises WireError unless exactly one of Nodes / NodeNames is set,
     or when it names more than `max_candidates` nodes or a node name longer than MAX_NAME_CHARS.

@@ -4,7 +4,9 @@
 kube-scheduler of one Kubernetes release (built from Go modules into a cache: `kube_programs`) and
 `gpupack serve --kubeconfig` as the extender. kube-scheduler runs the KubeSchedulerConfiguration that
 `manifests/scheduler-config.yaml` ships, with exactly three rewrites (`e2e_scheduler_config`): the
-kubeconfig path, the extender's port and leader election off. Why each flag is there is said beside it.
+kubeconfig path, the extender's port and leader election off; a case may also ask for the extender's
+`preemptVerb` to be left out (`preempt_verb=False`: kube-scheduler's own count-based victim choice, what
+a config without the verb gets). Why each flag is there is said beside it.
 
 Used by `tests/e2e/` and meant for a throughput benchmark, so nothing here depends on pytest. Every
 process runs in its own process group and `stop()` kills all of them and removes the temporary folder,
@@ -177,20 +179,28 @@ def shipped_scheduler_config(manifest: Path = SCHEDULER_MANIFEST) -> dict[str, A
     raise ControlPlaneError(f"{manifest} holds no ConfigMap")
 
 
-def e2e_scheduler_config(shipped: Mapping[str, Any], kubeconfig: Path, extender_port: int) -> dict[str, Any]:
-    """`shipped` with the three rewrites of E2E_REWRITES and nothing else changed."""
+def e2e_scheduler_config(
+    shipped: Mapping[str, Any], kubeconfig: Path, extender_port: int, preempt_verb: bool = True
+) -> dict[str, Any]:
+    """`shipped` with the three rewrites of E2E_REWRITES and nothing else changed.
+
+    `preempt_verb=False` (asked for by a case, never the default) also drops the extender's `preemptVerb`,
+    so kube-scheduler picks preemption victims by its own counting alone.
+    """
     config = copy.deepcopy(dict(shipped))
     config.setdefault("clientConnection", {})["kubeconfig"] = str(kubeconfig)
     extender = config["extenders"][0]
     url = urlsplit(extender["urlPrefix"])
     extender["urlPrefix"] = urlunsplit(url._replace(netloc=f"{url.hostname}:{extender_port}"))
     config.setdefault("leaderElection", {})["leaderElect"] = False
+    if not preempt_verb:
+        extender.pop("preemptVerb", None)
     return config
 
 
-def write_scheduler_config(path: Path, kubeconfig: Path, extender_port: int) -> Path:
+def write_scheduler_config(path: Path, kubeconfig: Path, extender_port: int, preempt_verb: bool = True) -> Path:
     """Write `e2e_scheduler_config` of the shipped configuration to `path` (what kube-scheduler runs)."""
-    config = e2e_scheduler_config(shipped_scheduler_config(), kubeconfig, extender_port)
+    config = e2e_scheduler_config(shipped_scheduler_config(), kubeconfig, extender_port, preempt_verb)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 
@@ -363,9 +373,10 @@ class ControlPlane:
         return None
 
     # ------------------------------------------------ kube-scheduler
-    def write_scheduler_config(self) -> Path:
-        """Write the shipped configuration with the e2e rewrites for this control plane."""
-        return write_scheduler_config(self.scheduler_config_path, self.kubeconfig, self.gpupack_port)
+    def write_scheduler_config(self, preempt_verb: bool = True) -> Path:
+        """Write the shipped configuration with the e2e rewrites for this control plane (a running
+        kube-scheduler reads it at its next start: `restart_scheduler`)."""
+        return write_scheduler_config(self.scheduler_config_path, self.kubeconfig, self.gpupack_port, preempt_verb)
 
     def start_scheduler(self, timeout: float = 90) -> None:
         """kube-scheduler with `--config` (the shipped configuration, rewritten); waits for /healthz."""

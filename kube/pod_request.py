@@ -88,8 +88,7 @@ def request_from_pod(pod: Mapping[str, Any]) -> PodRequest:
     kind = next(
         (k for k, used in ((Kind.WHOLE, gpus), (Kind.SHARE, milli), (Kind.MIG, mig)) if used), Kind.NONE
     )
-    annotations = _mapping((pod.get("metadata") or {}).get("annotations"), "metadata.annotations")
-    interruptible = annotations.get(ANNOTATION_INTERRUPTIBLE, "")
+    _mapping((pod.get("metadata") or {}).get("annotations"), "metadata.annotations")  # RequestError if not a map
     return PodRequest(
         cpu_milli=totals.get(RESOURCE_CPU, 0),
         memory_bytes=totals.get(RESOURCE_MEMORY, 0),
@@ -98,8 +97,15 @@ def request_from_pod(pod: Mapping[str, Any]) -> PodRequest:
         milli=milli,
         mig=mig,
         allowed_products=allowed_products(spec),
-        interruptible=isinstance(interruptible, str) and interruptible.lower() == "true",
+        interruptible=pod_is_interruptible(pod),
     )
+
+
+def pod_is_interruptible(pod: Mapping[str, Any]) -> bool:
+    """`gpupack.io/interruptible: "true"` (any case) among the pod's annotations (docs/contracts.md)."""
+    annotations = (pod.get("metadata") or {}).get("annotations")
+    value = annotations.get(ANNOTATION_INTERRUPTIBLE) if isinstance(annotations, Mapping) else None
+    return isinstance(value, str) and value.lower() == "true"
 
 
 def unreadable_charge(pod: Mapping[str, Any], reason: str) -> UnreadableCharge:

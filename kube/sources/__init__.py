@@ -6,6 +6,8 @@ Consumers apply ``NodeUpserted``/``NodeDeleted``/``PodUpserted``/``PodDeleted`` 
 
 from gpupack.kube.sources.errors import SourceError
 from gpupack.kube.sources.events import (
+    BudgetDeleted,
+    BudgetUpserted,
     Event,
     EventHandler,
     JsonObject,
@@ -17,6 +19,7 @@ from gpupack.kube.sources.events import (
 )
 from gpupack.kube.sources.file_source import ClusterFileSource, ClusterObjects, load_cluster_objects
 from gpupack.kube.sources.kube_api import (
+    BudgetApi,
     ClusterWriter,
     EventWriter,
     KubeApi,
@@ -28,6 +31,9 @@ from gpupack.kube.sources.kubernetes_source import Backoff, KubernetesSource
 
 __all__ = [
     "Backoff",
+    "BudgetApi",
+    "BudgetDeleted",
+    "BudgetUpserted",
     "ClusterFileSource",
     "ClusterObjects",
     "ClusterWriter",

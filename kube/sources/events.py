@@ -5,6 +5,8 @@ Objects are plain JSON dicts exactly as the API server sends them (camelCase key
 - ``NodeUpserted`` / ``PodUpserted`` — the object exists in this state (new or changed);
 - ``NodeDeleted`` / ``PodDeleted`` — the object is gone (a pod also "goes" when it turns terminal:
   a Succeeded or Failed pod no longer consumes resources);
+- ``BudgetUpserted`` / ``BudgetDeleted`` — PodDisruptionBudgets, from sources that watch them (a live
+  cluster whose API offers them; a cluster file has none);
 - ``Synced`` — the consumer's picture now equals a fresh list: emitted once after the initial lists of
   every kind have been applied, and again after every relist.
 
@@ -69,11 +71,31 @@ class PodDeleted:
 
 
 @dataclass(frozen=True, slots=True)
+class BudgetUpserted:
+    """A policy/v1 PodDisruptionBudget exists with this content (#28: victims that would break one)."""
+
+    budget: JsonObject
+
+    @property
+    def key(self) -> str:
+        """The budget's ``namespace/name``."""
+        return pod_key(self.budget)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetDeleted:
+    """The PodDisruptionBudget ``key`` (``namespace/name``) with ``uid`` is gone."""
+
+    key: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
 class Synced:
     """Every kind has been (re)listed: the events so far describe exactly a fresh list."""
 
 
-Event = NodeUpserted | NodeDeleted | PodUpserted | PodDeleted | Synced
+Event = NodeUpserted | NodeDeleted | PodUpserted | PodDeleted | BudgetUpserted | BudgetDeleted | Synced
 EventHandler = Callable[[Event], None]
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import orjson
 from kubernetes import client, config, watch
@@ -85,6 +85,19 @@ class KubeApi(ClusterWriter, Protocol):
         ...
 
 
+@runtime_checkable
+class BudgetApi(Protocol):
+    """PodDisruptionBudgets (policy/v1), for preemption's victims (#28); a source watches them when its API has them."""
+
+    def list_pdbs(self) -> ObjectList:
+        """List every PodDisruptionBudget of every namespace."""
+        ...
+
+    def watch_pdbs(self, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        """Watch PodDisruptionBudgets of every namespace from ``resource_version`` with bookmarks."""
+        ...
+
+
 def load_kube_config(kubeconfig_path: str | None) -> client.ApiClient:
     """Return an API client configured as kubectl would be (`kubeconfig.choose_kube_config`):
     ``kubeconfig_path`` when given, else $KUBECONFIG, else ~/.kube/config, else in-cluster."""
@@ -124,6 +137,7 @@ class OfficialKubeApi:
     ) -> None:
         self._core = client.CoreV1Api(api_client)
         self._events = client.EventsV1Api(api_client)
+        self._policy = client.PolicyV1Api(api_client)
         self._page_size = page_size
         self._connect_timeout = connect_timeout
         self._request_timeout = (connect_timeout, request_timeout)
@@ -144,6 +158,18 @@ class OfficialKubeApi:
     def watch_pods(self, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
         """Watch Pods of every namespace from ``resource_version``; see ``WatchStream``."""
         return self._watch(self._core.list_pod_for_all_namespaces, resource_version, timeout_seconds)
+
+    def list_pdbs(self) -> ObjectList:
+        """List every PodDisruptionBudget of every namespace (raw dicts)."""
+        return self._list(
+            self._policy.list_pod_disruption_budget_for_all_namespaces, "PodDisruptionBudget", "policy/v1"
+        )
+
+    def watch_pdbs(self, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        """Watch PodDisruptionBudgets of every namespace from ``resource_version``; see ``WatchStream``."""
+        return self._watch(
+            self._policy.list_pod_disruption_budget_for_all_namespaces, resource_version, timeout_seconds
+        )
 
     def create_binding(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
         """POST /api/v1/namespaces/{namespace}/pods/{name}/binding, uid precondition included.
@@ -194,17 +220,17 @@ class OfficialKubeApi:
         )
         _drain(response)
 
-    def _list(self, func: Callable[..., Any], kind: str) -> ObjectList:
+    def _list(self, func: Callable[..., Any], kind: str, api_version: str = "v1") -> ObjectList:
         restarts = 0
         while True:
             try:
-                return self._list_pages(func, kind)
+                return self._list_pages(func, kind, api_version)
             except _ContinueExpired:
                 restarts += 1
                 if restarts >= 3:
                     raise ApiException(status=HTTP_GONE, reason=f"{kind} list kept expiring") from None
 
-    def _list_pages(self, func: Callable[..., Any], kind: str) -> ObjectList:
+    def _list_pages(self, func: Callable[..., Any], kind: str, api_version: str = "v1") -> ObjectList:
         items: list[JsonObject] = []
         list_version = ""
         token: str | None = None
@@ -226,7 +252,7 @@ class OfficialKubeApi:
             for item in page.get("items") or []:
                 # List items come without kind/apiVersion; watch objects carry them. Make both alike.
                 item.setdefault("kind", kind)
-                item.setdefault("apiVersion", "v1")
+                item.setdefault("apiVersion", api_version)
                 items.append(item)
             token = metadata.get("continue") or None
             if token is None:

@@ -10,6 +10,9 @@ reflector taught everybody:
 3. stream ended or connection failed: watch again from the remembered resourceVersion (backing off
    when the stream was not healthy); 410 Gone (as an ERROR event or an ``ApiException``): back to 1.
 
+PodDisruptionBudgets are watched too when the API offers them (`BudgetApi`), for preemption (#28); their
+list does not gate ``Synced`` (a cluster that refuses them, or an RBAC without them, still schedules:
+budgets only weigh the choice of victims).
 Pods are watched in every namespace because CPU and memory of every pod on a GPU node count; a pod that
 turns Succeeded or Failed is reported as deleted since it no longer holds resources.
 """
@@ -29,6 +32,8 @@ from kubernetes.client.exceptions import ApiException
 from gpupack.errors import GpupackError
 from gpupack.kube.pods import pod_is_terminal, pod_key
 from gpupack.kube.sources.events import (
+    BudgetDeleted,
+    BudgetUpserted,
     Event,
     EventHandler,
     JsonObject,
@@ -41,7 +46,7 @@ from gpupack.kube.sources.events import (
     object_uid,
     resource_version,
 )
-from gpupack.kube.sources.kube_api import HTTP_GONE, KubeApi, ObjectList, WatchEvent
+from gpupack.kube.sources.kube_api import HTTP_GONE, BudgetApi, KubeApi, ObjectList, WatchEvent
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +82,7 @@ class KindSpec:
     live: Callable[[JsonObject], bool]
     upserted: Callable[[JsonObject], Event]
     deleted: Callable[[str, str], Event]
+    gates_sync: bool = True  # ``Synced`` waits for this kind's list
 
 
 def node_spec(api: KubeApi) -> KindSpec:
@@ -89,6 +95,20 @@ def node_spec(api: KubeApi) -> KindSpec:
         live=lambda node: True,
         upserted=NodeUpserted,
         deleted=lambda name, uid: NodeDeleted(name),
+    )
+
+
+def budget_spec(api: BudgetApi) -> KindSpec:
+    """The PodDisruptionBudget kind (policy/v1): every budget is live; key is ``namespace/name``."""
+    return KindSpec(
+        kind="PodDisruptionBudget",
+        list=api.list_pdbs,
+        watch=api.watch_pdbs,
+        key=pod_key,
+        live=lambda budget: True,
+        upserted=BudgetUpserted,
+        deleted=BudgetDeleted,
+        gates_sync=False,  # budgets only weigh victims: a cluster that will not list them still schedules
     )
 
 
@@ -159,6 +179,8 @@ class KubernetesSource:
         """Held while events are delivered: batches (a relist and its Synced) are never interleaved."""
         self._synced = threading.Event()
         self._reflectors = [_Reflector(self, node_spec(api)), _Reflector(self, pod_spec(api))]
+        if isinstance(api, BudgetApi):  # PodDisruptionBudgets, for preemption's victims (#28)
+            self._reflectors.append(_Reflector(self, budget_spec(api)))
         self._listed: set[str] = set()
         self._threads: list[threading.Thread] = []
 
@@ -227,9 +249,12 @@ class KubernetesSource:
         return True
 
     def mark_listed(self, kind: str) -> bool:
-        """Record a completed (re)list; emit ``Synced`` when every kind has been listed."""
+        """Record a completed (re)list; emit ``Synced`` when every kind that gates it has been listed
+        (the list of a kind that does not gate it emits nothing: ``Synced`` promises fresh nodes and pods)."""
         self._listed.add(kind)
-        if len(self._listed) < len(self._reflectors):
+        if not next(r.gates_sync for r in self._reflectors if r.kind == kind):
+            return True
+        if any(r.gates_sync and r.kind not in self._listed for r in self._reflectors):
             return True
         delivered = self.deliver(Synced())
         self._synced.set()
@@ -252,6 +277,7 @@ class _Reflector:
         self._source = source
         self._spec = spec
         self.kind = spec.kind
+        self.gates_sync = spec.gates_sync
         self.resource_version = ""
         self._known: dict[str, str] = {}  # key -> uid of every object the consumer holds
         self._consumer_failed = False

@@ -42,3 +42,16 @@ def test_the_control_plane_writes_exactly_that_config(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     written = write_scheduler_config(tmp_path / "scheduler-config.yaml", kubeconfig, 45678)
     assert yaml.safe_load(written.read_text()) == e2e_scheduler_config(shipped_scheduler_config(), kubeconfig, 45678)
+
+
+def test_a_case_may_leave_out_the_preempt_verb_and_nothing_else(tmp_path: Path) -> None:
+    """`preempt_verb=False` (test_preemption's count-based runs) drops `preemptVerb` alone; the default keeps it."""
+    shipped = copy.deepcopy(shipped_scheduler_config())
+    shipped["extenders"][0]["preemptVerb"] = "preempt"  # whether or not the manifest has it yet
+    kubeconfig = tmp_path / "kubeconfig"
+    with_verb = e2e_scheduler_config(shipped, kubeconfig, 45678)
+    without = e2e_scheduler_config(shipped, kubeconfig, 45678, preempt_verb=False)
+    assert with_verb["extenders"][0]["preemptVerb"] == "preempt"
+    assert "preemptVerb" not in without["extenders"][0]
+    without["extenders"][0]["preemptVerb"] = "preempt"
+    assert without == with_verb

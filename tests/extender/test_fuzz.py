@@ -92,13 +92,16 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
     max_leaves=20,
 )
-wire_keys = st.sampled_from(["Pod", "Nodes", "NodeNames", "PodName", "PodNamespace", "PodUID", "Node", "items"])
+wire_keys = st.sampled_from(
+    ["Pod", "Nodes", "NodeNames", "PodName", "PodNamespace", "PodUID", "Node", "items",
+     "NodeNameToVictims", "NodeNameToMetaVictims", "Pods", "UID", "NumPDBViolations"]
+)  # fmt: skip
 wire_shaped = st.dictionaries(wire_keys, json_values, max_size=6)
 
 
 @pytest.mark.slow
 @FUZZ
-@given(body=json_values | wire_shaped, verb=st.sampled_from(["filter", "prioritize", "bind"]))
+@given(body=json_values | wire_shaped, verb=st.sampled_from(["filter", "prioritize", "preempt", "bind"]))
 def test_random_json_never_5xx(served, body: Any, verb: str) -> None:
     client, state = served
     post(client, verb, json.dumps(body).encode())
@@ -107,7 +110,7 @@ def test_random_json_never_5xx(served, body: Any, verb: str) -> None:
 
 @pytest.mark.slow
 @FUZZ
-@given(raw=st.binary(max_size=300), verb=st.sampled_from(["filter", "prioritize", "bind"]))
+@given(raw=st.binary(max_size=300), verb=st.sampled_from(["filter", "prioritize", "preempt", "bind"]))
 def test_random_bytes_never_5xx(served, raw: bytes, verb: str) -> None:
     client, state = served
     post(client, verb, raw)

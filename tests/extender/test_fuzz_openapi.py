@@ -2,7 +2,7 @@
 
 The verb routes read raw bytes; their request and response bodies are described in the spec from the
 wire models (extender.openapi), so schemathesis generates real ExtenderArgs / ExtenderBindingArgs
-bodies — positive and negative — for /filter, /prioritize and /bind, and probes every other method.
+bodies — positive and negative — for /filter, /prioritize, /preempt and /bind, and probes every other method.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ schema.config.generation.update(max_examples=60)
 
 def test_the_spec_describes_the_bodies() -> None:
     spec = TestClient(SCHEMA_APP).get("/openapi.json").json()
-    for verb in ("filter", "prioritize", "bind"):
+    for verb in ("filter", "prioritize", "preempt", "bind"):
         operation = spec["paths"][f"/{verb}"]["post"]
         properties = operation["requestBody"]["content"]["application/json"]["schema"]["properties"]
         assert properties
@@ -33,6 +33,8 @@ def test_the_spec_describes_the_bodies() -> None:
     filter_body = spec["paths"]["/filter"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert set(filter_body["properties"]) == {"Pod", "Nodes", "NodeNames"}
     assert "metadata" in filter_body["properties"]["Pod"]["properties"]
+    preempt_body = spec["paths"]["/preempt"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert set(preempt_body["properties"]) == {"Pod", "NodeNameToVictims", "NodeNameToMetaVictims"}
 
 
 @pytest.mark.slow

@@ -1,11 +1,11 @@
 """The gpupack-extender ClusterRole grants exactly the API calls the extender's code makes.
 
-The calls are read from the code, not listed by hand: every `self._core.<method>` (CoreV1Api) and
-`self._events.<method>` (EventsV1Api) of kube/sources/kube_api.py is resolved through the
-installed Kubernetes client to its HTTP method and path (`<Api>._<method>_serialize`), which gives
-the RBAC (apiGroup, resource, verb); a list method handed to `self._watch` is the `watch` verb. Any
-other Kubernetes API object constructed anywhere under extender/ would bypass that scan, so the test
-refuses it too.
+The calls are read from the code, not listed by hand: every `self._core.<method>` (CoreV1Api),
+`self._events.<method>` (EventsV1Api) and `self._policy.<method>` (PolicyV1Api) of
+kube/sources/kube_api.py is resolved through the installed Kubernetes client to its HTTP method and
+path (`<Api>._<method>_serialize`), which gives the RBAC (apiGroup, resource, verb); a list method
+handed to `self._watch` is the `watch` verb. Any other Kubernetes API object constructed anywhere
+under extender/ would bypass that scan, so the test refuses it too.
 """
 
 from __future__ import annotations
@@ -26,7 +26,11 @@ RBAC = ROOT / "manifests" / "rbac.yaml"
 
 _SERIALIZE = re.compile(r"method='(?P<method>[A-Z]+)',\s*resource_path='(?P<path>[^']+)'")
 _VERBS = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
-CLIENTS = {"_core": client.CoreV1Api, "_events": client.EventsV1Api}  # attribute of OfficialKubeApi -> its class
+CLIENTS = {  # attribute of OfficialKubeApi -> its class
+    "_core": client.CoreV1Api,
+    "_events": client.EventsV1Api,
+    "_policy": client.PolicyV1Api,
+}
 
 
 def rbac_of(api_method: str, watched: bool, api: type = client.CoreV1Api) -> tuple[str, str, str]:
@@ -90,6 +94,8 @@ def test_the_code_makes_the_calls_gpupack_needs() -> None:
         ("", "pods/binding", "create"),
         ("events.k8s.io", "events", "create"),
         ("events.k8s.io", "events", "patch"),
+        ("policy", "poddisruptionbudgets", "list"),  # preemption's victims (#28)
+        ("policy", "poddisruptionbudgets", "watch"),
     }
 
 
@@ -101,7 +107,8 @@ def test_cluster_role_grants_nothing_the_code_does_not_use() -> None:
 
 
 def test_no_other_kubernetes_api_client_in_the_service() -> None:
-    """Of what `gpupack serve` runs, only kube_api.py talks to the API server, through CoreV1Api and EventsV1Api."""
+    """Of what `gpupack serve` runs, only kube_api.py talks to the API server, through CoreV1Api, EventsV1Api
+    and PolicyV1Api."""
     constructed: dict[str, set[str]] = {}
     for path in (path for folder in SERVICE_COMPONENTS for path in (ROOT / folder).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -40,6 +40,7 @@ EXTENDER_RULES = {  # what kube/sources/kube_api.py calls (tests/extender/test_r
     *{("", "pods", verb) for verb in ("list", "watch")},
     ("", "pods/binding", "create"),
     *{("events.k8s.io", "events", verb) for verb in ("create", "patch")},
+    *{("policy", "poddisruptionbudgets", verb) for verb in ("list", "watch")},  # preemption's victims (#28)
 }
 
 
@@ -307,7 +308,7 @@ def test_scheduler_config_structure() -> None:
     assert extender["nodeCacheCapable"] is True
     assert extender["ignorable"] is False
     assert extender["httpTimeout"] == "5s"
-    assert "preemptVerb" not in extender  # /preempt is not served yet (docs/contracts.md#extender-http-api)
+    assert extender["preemptVerb"] == "preempt"  # gpupack picks the victims (#28, docs/contracts.md)
 
 
 def test_scheduler_config_has_no_unknown_keys() -> None:
