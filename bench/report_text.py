@@ -269,6 +269,19 @@ def soak_text(out: Path, repo: Path) -> str:
     return f"\n## 7. Soak (a separate run: {source}; {where})\n\n{body}"
 
 
+def preemption_text(out: Path) -> str:
+    """Section 8: the priority protocol, a separate run (`python -m gpupack.bench.preemption`, #28) whose
+    preemption.md sits beside this report and says its own command, machine, date and commit. Empty when
+    there is none."""
+    part = out / "preemption.md"
+    if not part.exists():
+        return ""
+    title, _, body = part.read_text(encoding="utf-8").partition("\n")
+    heading = title.removeprefix("# ")
+    body = body.replace("\n## ", "\n### ")
+    return f"\n## 8. {heading} (a separate run: `{part.name}` and `preemption.json`)\n{body}"
+
+
 def _git(repo: Path, *args: str) -> str:
     try:
         done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=10, check=True)
