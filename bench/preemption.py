@@ -15,7 +15,6 @@ high-priority pods); a difference is better or worse only when the exact sign te
 from __future__ import annotations
 
 import argparse
-import functools
 import statistics
 import sys
 import time
@@ -27,18 +26,16 @@ from typing import Any
 
 import orjson
 
+from gpupack.bench.jobs import NODE_LIST, _nodes, _pods, pod_file
 from gpupack.bench.markdown import Table, bullet_list
 from gpupack.bench.paired import Paired, paired
-from gpupack.scoring.facts import NodeFacts
 from gpupack.sim.churn import inference_pods
-from gpupack.sim.load import load_nodes, load_pods
 from gpupack.sim.priority import Chooser, PriorityConfig, drawn_order, run_priority
 from gpupack.sim.protocol import fgd_order
 from gpupack.sim.scenarios import churn_cluster
 from gpupack.sim.simulate import make_policy
 from gpupack.sim.workload import Trace, TracePod, gpu_count, gpu_milli_capacity
 
-NODE_LIST = "openb_node_list_gpu_node.csv"
 OPENB_RATIO = 1.3  # the fgd protocol's: arrivals to 130 % of the GPUs, the last 30 % after the fill
 MIG_RATIO = 2.0  # the MIG mix on the smaller churn cluster: more arrivals after the fill
 MIG = "mig-inference"  # the report's name for the MIG-heavy workload
@@ -71,7 +68,7 @@ class PriorityJob:
             pods = inference_pods()
             return Trace(nodes, pods), drawn_order(pods, gpu_count(nodes), self.seed, MIG_RATIO)
         nodes = list(_nodes(str(Path(self.traces_dir) / NODE_LIST)))[: self.node_limit]
-        pods = list(_pods(str(Path(self.traces_dir) / f"openb_pod_list_{self.workload}.csv")))
+        pods = list(_pods(str(Path(self.traces_dir) / pod_file(self.workload))))
         return Trace(nodes, pods), fgd_order(pods, gpu_milli_capacity(nodes), self.seed, OPENB_RATIO)
 
     def run(self) -> dict[str, object]:
@@ -80,16 +77,6 @@ class PriorityJob:
         result = run_priority(trace, order, make_policy(POLICY, order), Chooser(self.chooser), self.seed, config)
         fields = {k: v for k, v in asdict(self).items() if k != "traces_dir"}
         return {**fields, "gpus_total": gpu_count(trace.nodes), "run": result.to_json()}
-
-
-@functools.cache
-def _pods(path: str) -> tuple[TracePod, ...]:
-    return tuple(load_pods(path))
-
-
-@functools.cache
-def _nodes(path: str) -> tuple[NodeFacts, ...]:
-    return tuple(load_nodes(path))
 
 
 def run_job(job: PriorityJob) -> dict[str, object]:
