@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
+from collections.abc import Callable
 from enum import StrEnum
 
 import orjson
@@ -82,6 +83,7 @@ class Binder:
         self.events = events
         self.writer: ClusterWriter | None = None
         self.failures: Counter[BindFailure] = Counter()  # refused binds by why
+        self.on_bind_failed: list[Callable[[str], None]] = []  # told the identity of a pod whose Binding was refused
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Create the Binding that carries the assignment annotation. Raises BindError with a reason.
@@ -168,6 +170,8 @@ class Binder:
             logger.info("pod %s: the Binding may exist (its answer was lost): its capacity stays held", reservation.key)
         else:
             self.ledger.release(self.book.forget(ident, Ended.BIND_FAILED))
+            for told in self.on_bind_failed:
+                told(ident)
 
 
 def answer_may_be_lost(exc: BaseException) -> bool:

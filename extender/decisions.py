@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from gpupack.extender.gangs import Gangs, MemberAnswer
 from gpupack.extender.inline import leave_the_loop_if_heavy
 from gpupack.extender.nominations import Nominations
 from gpupack.extender.pod_events import PodEvents, PodRef, no_node_note
@@ -61,6 +62,7 @@ class Outcome(StrEnum):
     FEASIBLE = "feasible"  # decideInFilter: false, some candidates fit
     BAD_REQUEST = "bad-request"  # the pod's request cannot be placed anywhere
     NOMINATED = "nominated"  # a preemptor given the placement held for it since its victims went (#28)
+    GROUP = "group"  # a group member given its placement in its group's plan (#29)
 
 
 def verdicts(chosen: str | None, failed: Mapping[str, str], unresolvable: dict[str, str]) -> Verdicts:
@@ -133,6 +135,7 @@ class ServiceDecisions:
         book: ReservationBook,
         events: PodEvents,
         nominations: Nominations | None = None,
+        gangs: Gangs | None = None,
     ) -> None:
         self.lock = lock
         self.settings = settings
@@ -142,6 +145,7 @@ class ServiceDecisions:
         self.book = book
         self.events = events
         self.nominations = nominations  # holds for nominated preemptors (extender.nominations)
+        self.gangs = gangs  # groups placed whole (extender.gangs)
         self.seen = SeenRequests()
         self.counts: Counter[tuple[Outcome, str]] = Counter()  # decisions by (outcome, reason)
         self._reason_texts = reason_texts(NOT_CHOSEN)
@@ -214,6 +218,11 @@ class ServiceDecisions:
                     self.counts[Outcome.REUSED, ""] += 1
                     return answer(reservation.node, self._failed_nodes(known, row, None), unresolvable)
                 self.ledger.release(self.book.forget(uid, Ended.NOT_A_CANDIDATE))
+            member = self.gangs.read(pod, key) if self.gangs is not None else None
+            if member is not None:
+                group = self.gangs.answer(member, uid, request, known)  # type: ignore[union-attr]  # member: gangs set
+                if group is not None:
+                    return self._group_member(pod, (uid, key, request), group, known, unresolvable, answer, started)
             if self.nominations is not None:
                 self.nominations.refresh()
                 held = self.nominations.ready(uid, known)
@@ -258,6 +267,36 @@ class ServiceDecisions:
             return answer(None, self._failed_nodes(known, -1, None), unresolvable)
         self.book.assume(uid, key, placement, request)
         self.counts[Outcome.NOMINATED, ""] += 1
+        self._log(key, placement, None, started, int(known.sum()))
+        return built
+
+    def _group_member(
+        self,
+        pod: Mapping[str, Any],
+        pod_request: tuple[str, str, PodRequest],
+        group: MemberAnswer,
+        known: np.ndarray,
+        unresolvable: dict[str, str],
+        answer: AnswerBuilder[Answer],
+        started: float,
+    ) -> Answer:
+        """A group member's filter (extender.gangs): its planned placement reserved, or its group's reason on
+        every candidate (unresolvable: evicting pods for one member does not place the group)."""
+        uid, key, request = pod_request
+        placement = group.placement
+        if placement is None:
+            reason = group.reason
+            names = [name for row in np.flatnonzero(known).tolist() if (name := self.inventory.names[row]) is not None]
+            self.counts[Outcome.UNSCHEDULABLE, f"group {group.outcome}"] += 1
+            self.events.failed(PodRef.of(pod), lambda: reason)
+            return answer(None, {}, {**unresolvable, **dict.fromkeys(names, reason)})
+        row = self.inventory.index[placement.node]
+        built = answer(placement.node, self._failed_nodes(known, row, None), unresolvable)  # nothing changed yet
+        group.take()
+        self.book.assume(uid, key, placement, request)
+        if self.nominations is not None:
+            self.nominations.placed_elsewhere(uid)
+        self.counts[Outcome.GROUP, ""] += 1
         self._log(key, placement, None, started, int(known.sum()))
         return built
 
@@ -368,5 +407,3 @@ def normalise(scores: Sequence[float | None]) -> list[int]:
         else:
             out.append(round(10 * (s - low) / span))
     return out
-
-

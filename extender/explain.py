@@ -8,7 +8,8 @@ and its parts, and the node's GPUs out of service (unhealthy or cordoned: nothin
 infeasible node's reason names them); then the winner, the runner-up and the part that made the difference.
 A pod that fits nowhere is also explained as the preempt verb would answer for it (#28): on each node,
 the pods gpupack would evict (the cheapest set by `scoring.preemption`'s rule) and the placement that
-frees, cheapest node first, or why no set works there.
+frees, cheapest node first, or why no set works there. A group member (#29) gets its group: members, and
+the group's plan or why it has none (extender.explain_group).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 import orjson
 
 from gpupack.extender.decisions import Evaluation
+from gpupack.extender.explain_group import group_section, group_text
 from gpupack.extender.explain_source import Loaded, load_from_cluster, load_from_files
 from gpupack.extender.settings import SettingsError, load_settings
 from gpupack.extender.state import ClusterState
@@ -99,6 +101,7 @@ def explain(state: ClusterState, pod: dict[str, Any]) -> dict[str, Any]:
         "runner_up": runner_up(verdicts),
         "nodes": [asdict(verdict) for verdict in verdicts],
         "preemption": preempting,
+        "group": group_section(state, pod, evaluation.request),
     }
 
 
@@ -206,6 +209,7 @@ def render_text(report: dict[str, Any]) -> str:
         why = n["reason"] or "  ".join(f"{name} {value:+.3f}" for name, value in n["parts"].items())
         lines.append(f"{n['node']:<{width}}  {n['verdict']:<12}  {score:>9}  {why}".rstrip())
     lines += preemption_text(report.get("preemption"))
+    lines += group_text(report.get("group"))
     return "\n".join(line for line in lines if line) + "\n"
 
 

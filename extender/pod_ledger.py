@@ -65,7 +65,7 @@ from gpupack.kube.pods import (
 )
 from gpupack.kube.sources.events import Event, NodeDeleted, NodeUpserted, PodDeleted, PodUpserted, Synced
 from gpupack.scoring.decider import Decider
-from gpupack.scoring.facts import Placement
+from gpupack.scoring.facts import NodeFacts, Placement
 from gpupack.scoring.inventory import Inventory, InventoryError
 from gpupack.scoring.request import Kind, PodRequest, RequestError
 
@@ -254,7 +254,7 @@ class PodLedger:
             self._unschedulable.add(name)
         row = self.inventory.index.get(name)
         same_usage = self.node_usage.unchanged(usage)
-        if row is not None and self.inventory.facts[row] == facts and same_usage:
+        if row is not None and self._same_facts(row, facts) and same_usage:
             return
         if row is not None and same_usage:
             try:
@@ -276,6 +276,12 @@ class PodLedger:
         if self._bad.pop(name, None) is not None:
             logger.info("node %s is usable again", name)
         self._attach(name, held)
+
+    def _same_facts(self, row: int, facts: NodeFacts) -> bool:
+        """The node's facts are unchanged, labels included (NodeFacts equality leaves them out; gangs' domains
+        read them)."""
+        old = self.inventory.facts[row]
+        return old == facts and old is not None and old.labels == facts.labels
 
     def _node_gone(self, name: str, bad_reason: str | None) -> None:
         """Take a node out of the inventory (deleted, or its facts became unreadable)."""

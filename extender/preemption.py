@@ -50,6 +50,7 @@ class PreemptCall(StrEnum):
     ANSWERED = "answered"  # planned on the proposed nodes (some may have been left out)
     BAD_REQUEST = "bad-request"  # the preemptor's request cannot be read: no node
     NOT_SYNCED = "not-synced"  # before the first list: no node
+    GROUP_MEMBER = "group-member"  # the preemptor is a group member (#29): no node
 
 
 class PreemptNode(StrEnum):
@@ -86,6 +87,8 @@ class Preemptions:
         self._logged: set[str] = set()
         # what is held for a nominated preemptor (extender.nominations): free for its own next plan
         self.held_for: Callable[[str], Sequence[Placement]] = lambda uid: ()
+        # a group member (extender.gangs) is no preemptor: victims evicted for one member do not place the group
+        self.is_group_member: Callable[[Mapping[str, Any]], bool] = lambda pod: False
 
     def plan(
         self, pod: Mapping[str, Any], candidates: Sequence[str], check: Check = _no_check
@@ -96,6 +99,9 @@ class Preemptions:
                 self.calls[PreemptCall.NOT_SYNCED] += 1
                 return {}
             key = pod_key(pod)
+            if self.is_group_member(pod):
+                self.calls[PreemptCall.GROUP_MEMBER] += 1
+                return {}
             try:
                 request = request_from_pod(pod)
             except RequestError as exc:

@@ -50,6 +50,7 @@ class Ended(StrEnum):
     NODE_CHANGED = "node changed"  # its GPUs changed under it, or bind named another node
     NODE_UNUSABLE = "node unusable"  # its new facts do not fit the inventory
     NOT_A_CANDIDATE = "not a candidate"  # filter asked again without its node
+    GROUP_RELEASED = "group released"  # another member of its group failed to bind (#29)
 
 
 class ReservationState(StrEnum):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter as Tally
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -127,6 +127,24 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily(
             "gpupack_nomination_holds", "Nominated preemptors holding part or all of their placement.", value=snap.holds
         )
+        yield labelled_counter(
+            "gpupack_group_plans",
+            "Group members' filters (#29) by outcome: planned (the group held whole), claimed (a planned placement "
+            "taken), waiting (not every member exists), no fit, request differs.",
+            "outcome",
+            snap.group_plans,
+        )
+        yield labelled_counter(
+            "gpupack_group_holds_ended",
+            "Groups' holds of planned placements that ended, by how.",
+            "how",
+            snap.group_holds_ended,
+        )
+        yield GaugeMetricFamily(
+            "gpupack_group_holds",
+            "Groups holding planned placements no member has claimed yet.",
+            value=snap.group_holds,
+        )
         events = CounterMetricFamily("gpupack_events", "Events written on pods, by reason.", labels=("reason",))
         for reason, count in sorted(snap.events.items()):
             events.add_metric((reason,), count)
@@ -196,3 +214,11 @@ def _exclusion_metrics(state: ClusterState) -> Iterator[GaugeMetricFamily]:
         "Entries of gpupack.io/cordoned-gpus that name no GPU of their node by index (ignored).",
         value=state.cordon_entries_invalid(),
     )
+
+
+def labelled_counter(name: str, text: str, label: str, counts: Mapping[str, int]) -> CounterMetricFamily:
+    """A counter family with one label, a sample per value in `counts`, sorted."""
+    family = CounterMetricFamily(name, text, labels=(label,))
+    for value, count in sorted(counts.items()):
+        family.add_metric((value,), count)
+    return family

@@ -66,6 +66,13 @@ class Spot(_Section):
     non_interruptible_on_spot: Literal["avoid", "forbid"] = "avoid"
 
 
+class Gangs(_Section):
+    """Gang placement (#29, docs/gangs.md): how long a plan's unclaimed placements are held, and the rack label."""
+
+    hold_seconds: float = Field(60.0, gt=0, description="a group's planned placements no member claimed are released")
+    rack_label: str = Field("gpupack.io/rack", min_length=1, description="the node label that names a node's rack")
+
+
 class Price(_Section):
     """One row of the price table: hourly price of an instance type on a capacity type."""
 
@@ -85,6 +92,7 @@ class Settings(BaseSettings):
     port: int = Field(8888, ge=1, le=65535)
     policy: Policy = Policy()
     spot: Spot = Spot()
+    gangs: Gangs = Gangs()
     prices: list[Price] = Field(default_factory=list)
     decide_in_filter: bool = True
     report_not_chosen: bool = Field(

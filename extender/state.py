@@ -9,6 +9,8 @@
   prioritize and explain, all through the one decider (scoring.decider.Decider);
 - the binder (extender.binder): the Binding that carries the assignment, written with the lock
   released;
+- gangs (#29): groups placed whole (extender.gangs, over the roster of extender.gang_roster), followed
+  around each source event and answered by filter;
 - preemption (#28): the preempt verb's plans (extender.preemption, over extender.occupants and the
   PodDisruptionBudgets of extender.budgets), and the holds of nominated preemptors
   (extender.nominations), applied around each source event and handed over by filter.
@@ -40,6 +42,7 @@ from gpupack.extender.decisions import (
     Verdicts,
     verdicts,
 )
+from gpupack.extender.gangs import Gangs
 from gpupack.extender.nominations import Nominations
 from gpupack.extender.pod_events import PodEvents
 from gpupack.extender.pod_ledger import BoundPod, PodLedger
@@ -83,6 +86,9 @@ class Snapshot:
     preempt_nodes: dict[str, int] = field(default_factory=dict)  # proposed nodes by outcome
     holds: int = 0  # nominees holding some of their planned placement
     holds_ended: dict[str, int] = field(default_factory=dict)  # nominees' holds ended, by how
+    group_plans: dict[str, int] = field(default_factory=dict)  # group members' filters, by outcome (#29)
+    group_holds: int = 0  # groups holding planned placements no member claimed yet
+    group_holds_ended: dict[str, int] = field(default_factory=dict)  # groups' holds ended, by how
     events: dict[str, int] = field(default_factory=dict)  # events on pods written, by reason
     event_failures: dict[str, int] = field(default_factory=dict)  # ... not written, by why
     extra: dict[str, Any] = field(default_factory=dict)
@@ -111,14 +117,17 @@ class ClusterState:
         self.node_usage = self.ledger.node_usage  # gpupack.io/devices-in-use, from gpupack agent
         self.events = PodEvents(lambda: self.binder.writer, clock)  # Events on pods, written through the writer
         self.nominations = Nominations(self.inventory, clock)  # holds for nominated preemptors (#28)
+        self.gangs = Gangs(self.decider, self.book, self.ledger.release, settings.gangs, clock)  # (#29)
         self.service_decisions = ServiceDecisions(
-            self.lock, settings, self.ledger, self.decider, self.book, self.events, self.nominations
+            self.lock, settings, self.ledger, self.decider, self.book, self.events, self.nominations, self.gangs
         )
         self.binder = Binder(self.lock, self.ledger, self.service_decisions, self.book, self.events)
+        self.binder.on_bind_failed.append(self.gangs.bind_failed)
         self.budgets = DisruptionBudgets()  # PodDisruptionBudgets, for preemption's victims (#28)
         self.preemptions = Preemptions(self.lock, self.ledger, self.decider, self.budgets.breaks)  # (#28)
         self.preemptions.on_plans.append(self.nominations.remember)
         self.preemptions.held_for = self.nominations.held_for
+        self.preemptions.is_group_member = lambda pod: self.gangs.read(pod, "") is not None
         self.ledger.on_pod_gone += [self.service_decisions.seen.forget, self.events.forget]
         self._warm = False
 
@@ -156,8 +165,10 @@ class ClusterState:
         """Apply one source event (the sources' `on_event` callback), around it the nominees' holds."""
         with self.lock:
             self._around_event(self.nominations.before, event)
+            self._around_event(self.gangs.before, event)
             self.ledger.apply(event)
             self._around_event(self.budgets.apply, event)
+            self._around_event(self.gangs.after, event)
             self._around_event(self.nominations.after, event)
 
     @staticmethod
@@ -250,6 +261,9 @@ class ClusterState:
                 preempt_nodes={str(k): n for k, n in self.preemptions.nodes.items()},
                 holds=len(self.nominations.held()),
                 holds_ended={str(k): n for k, n in self.nominations.ended.items()},
+                group_plans={str(k): n for k, n in self.gangs.outcomes.items()},
+                group_holds=len(self.gangs.holds),
+                group_holds_ended={str(k): n for k, n in self.gangs.ended.items()},
                 events=events_written,
                 event_failures=event_failures,
             )

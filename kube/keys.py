@@ -15,6 +15,9 @@ RESOURCE_GPU_MILLI = "gpupack.io/gpu-milli"
 # --- pod annotations (§2, §4)
 ANNOTATION_INTERRUPTIBLE = "gpupack.io/interruptible"
 ANNOTATION_ASSIGNMENT = "gpupack.io/assignment"
+ANNOTATION_GROUP = "gpupack.io/group"  # gang placement (docs/gangs.md): the group's name ...
+ANNOTATION_GROUP_SIZE = "gpupack.io/group-size"  # ... its minMember
+ANNOTATION_GROUP_TOPOLOGY = "gpupack.io/group-topology"  # ... and the widest domain it may spread over
 
 # --- node labels (§3)
 LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"

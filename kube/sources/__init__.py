@@ -1,7 +1,8 @@
 """Cluster-event sources: a live cluster (list/watch) or a cluster file, both as the same event stream.
 
-Consumers apply ``NodeUpserted``/``NodeDeleted``/``PodUpserted``/``PodDeleted`` in order and treat
-``Synced`` as "the picture equals a fresh list"; reconnects, bookmarks and relists stay in here.
+Consumers apply ``NodeUpserted``/``NodeDeleted``/``PodUpserted``/``PodDeleted`` (and the budget and
+PodGroup events they use) in order and treat ``Synced`` as "the picture equals a fresh list";
+reconnects, bookmarks and relists stay in here.
 """
 
 from gpupack.kube.sources.errors import SourceError
@@ -10,6 +11,8 @@ from gpupack.kube.sources.events import (
     BudgetUpserted,
     Event,
     EventHandler,
+    GroupDeleted,
+    GroupUpserted,
     JsonObject,
     NodeDeleted,
     NodeUpserted,
@@ -19,17 +22,21 @@ from gpupack.kube.sources.events import (
 )
 from gpupack.kube.sources.file_source import ClusterFileSource, ClusterObjects, load_cluster_objects
 from gpupack.kube.sources.kube_api import (
+    POD_GROUP_KINDS,
     BudgetApi,
     ClusterWriter,
     EventWriter,
+    GroupApi,
     KubeApi,
     ObjectList,
     OfficialKubeApi,
+    PodGroupKind,
     load_kube_config,
 )
 from gpupack.kube.sources.kubernetes_source import Backoff, KubernetesSource
 
 __all__ = [
+    "POD_GROUP_KINDS",
     "Backoff",
     "BudgetApi",
     "BudgetDeleted",
@@ -40,6 +47,9 @@ __all__ = [
     "Event",
     "EventHandler",
     "EventWriter",
+    "GroupApi",
+    "GroupDeleted",
+    "GroupUpserted",
     "JsonObject",
     "KubeApi",
     "KubernetesSource",
@@ -48,6 +58,7 @@ __all__ = [
     "ObjectList",
     "OfficialKubeApi",
     "PodDeleted",
+    "PodGroupKind",
     "PodUpserted",
     "SourceError",
     "Synced",

@@ -7,6 +7,9 @@ Objects are plain JSON dicts exactly as the API server sends them (camelCase key
   a Succeeded or Failed pod no longer consumes resources);
 - ``BudgetUpserted`` / ``BudgetDeleted`` — PodDisruptionBudgets, from sources that watch them (a live
   cluster whose API offers them; a cluster file has none);
+- ``GroupUpserted`` / ``GroupDeleted`` — PodGroups of scheduler-plugins (``scheduling.x-k8s.io``) and
+  Volcano (``scheduling.volcano.sh``), for gang placement (#29): from a live cluster that serves their
+  CRDs, and from the PodGroup objects of a cluster file;
 - ``Synced`` — the consumer's picture now equals a fresh list: emitted once after the initial lists of
   every kind have been applied, and again after every relist.
 
@@ -91,11 +94,52 @@ class BudgetDeleted:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupUpserted:
+    """A PodGroup exists with this content (#29: the ``minMember`` of a gang)."""
+
+    group: JsonObject
+
+    @property
+    def key(self) -> str:
+        """The group's ``namespace/name``."""
+        return pod_key(self.group)
+
+    @property
+    def uid(self) -> str:
+        """The group's ``metadata.uid``."""
+        return object_uid(self.group)
+
+    @property
+    def api(self) -> str:
+        """The group's API group, from its apiVersion: ``scheduling.x-k8s.io`` or ``scheduling.volcano.sh``."""
+        return api_group(self.group)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDeleted:
+    """The PodGroup ``key`` (``namespace/name``) with ``uid`` of the API group ``api`` is gone."""
+
+    key: str
+    uid: str
+    api: str
+
+
+@dataclass(frozen=True, slots=True)
 class Synced:
     """Every kind has been (re)listed: the events so far describe exactly a fresh list."""
 
 
-Event = NodeUpserted | NodeDeleted | PodUpserted | PodDeleted | BudgetUpserted | BudgetDeleted | Synced
+Event = (
+    NodeUpserted
+    | NodeDeleted
+    | PodUpserted
+    | PodDeleted
+    | BudgetUpserted
+    | BudgetDeleted
+    | GroupUpserted
+    | GroupDeleted
+    | Synced
+)
 EventHandler = Callable[[Event], None]
 
 
@@ -107,6 +151,12 @@ def object_name(obj: JsonObject) -> str:
 def object_uid(obj: JsonObject) -> str:
     """Return ``metadata.uid`` of a raw object ("" when missing)."""
     return str((obj.get("metadata") or {}).get("uid") or "")
+
+
+def api_group(obj: JsonObject) -> str:
+    """The API group of a raw object's ``apiVersion`` ("" for the core group or when missing)."""
+    group, slash, _ = str(obj.get("apiVersion") or "").rpartition("/")
+    return group if slash else ""
 
 
 def resource_version(obj: JsonObject) -> str | None:

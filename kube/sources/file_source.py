@@ -1,8 +1,9 @@
 """A cluster served from a YAML/JSON file: the same events and writes as a live cluster, in memory.
 
 Accepted file shapes: a list of objects, a ``kind: List`` (or ``NodeList``/``PodList``) object with
-``items``, a single object, or several YAML documents of any of these. Node and Pod objects are kept;
-other kinds are skipped with a warning. Binds and annotation patches change the in-memory pods and emit
+``items``, a single object, or several YAML documents of any of these. Node and Pod objects are kept, and
+PodGroups of ``scheduling.x-k8s.io`` and ``scheduling.volcano.sh`` (gang sizes, #29); other kinds are
+skipped with a warning. Binds and annotation patches change the in-memory pods and emit
 ``PodUpserted`` like a watch would, and fail like the API server would (404 unknown pod, 409 uid
 mismatch or pod already bound), raising the client's ``ApiException``.
 Events on pods are not kept: they are logged.
@@ -28,31 +29,37 @@ from gpupack.kube.sources.errors import SourceError
 from gpupack.kube.sources.events import (
     Event,
     EventHandler,
+    GroupUpserted,
     JsonObject,
     NodeUpserted,
     PodUpserted,
     Synced,
+    api_group,
     object_name,
 )
+from gpupack.kube.sources.kube_api import POD_GROUP_KINDS
 
 logger = logging.getLogger(__name__)
 
 _UID_NAMESPACE = uuid.UUID("6f1c3f1e-8a43-4d1e-9a55-2b7c3c8e0a11")
+_GROUP_APIS = frozenset(kind.group for kind in POD_GROUP_KINDS)
 
 
 @dataclass(slots=True)
 class ClusterObjects:
-    """The Nodes and Pods of a cluster file, in file order."""
+    """The Nodes, Pods and PodGroups of a cluster file, in file order."""
 
     nodes: list[JsonObject] = field(default_factory=list)
     pods: list[JsonObject] = field(default_factory=list)
+    groups: list[JsonObject] = field(default_factory=list)  # PodGroups of either API group (#29)
 
 
 def load_cluster_objects(path: str | Path) -> ClusterObjects:
-    """Read the Nodes and Pods of a cluster file; raise ``SourceError`` naming file and item when malformed.
+    """Read the Nodes, Pods and PodGroups of a cluster file; raise ``SourceError`` naming file and item
+    when malformed.
 
-    Pods without ``metadata.namespace`` get ``default``; objects without ``metadata.uid`` get a stable
-    one derived from kind and name, as the API server would have assigned one.
+    Pods and PodGroups without ``metadata.namespace`` get ``default``; objects without ``metadata.uid``
+    get a stable one derived from kind and name, as the API server would have assigned one.
     """
     path = Path(path)
     try:
@@ -63,18 +70,22 @@ def load_cluster_objects(path: str | Path) -> ClusterObjects:
     seen: dict[tuple[str, str], str] = {}
     for where, item in _items(path, _documents(path, text)):
         kind = _check_object(path, where, item)
-        if kind not in ("Node", "Pod"):
-            logger.warning("%s: %s: kind %s ignored (only Node and Pod are used)", path, where, kind)
+        if kind not in _KEPT:
+            logger.warning(
+                "%s: %s: kind %s ignored (%s; only Node, Pod and the PodGroups of %s are used)",
+                path, where, kind, item.get("apiVersion"), " and ".join(sorted(_GROUP_APIS)),
+            )  # fmt: skip
             continue
         metadata = item["metadata"]
-        if kind == "Pod":
+        if kind != "Node":
             metadata.setdefault("namespace", "default")
-        name = pod_key(item) if kind == "Pod" else object_name(item)
+        name = object_name(item) if kind == "Node" else pod_key(item)
         if (kind, name) in seen:
             raise SourceError(f"{path}: {where}: duplicate {kind} {name} (first at {seen[kind, name]})")
         seen[kind, name] = where
         metadata.setdefault("uid", str(uuid.uuid5(_UID_NAMESPACE, f"{kind}/{name}")))
-        (objects.nodes if kind == "Node" else objects.pods).append(item)
+        kept = objects.nodes if kind == "Node" else objects.pods if kind == "Pod" else objects.groups
+        kept.append(item)
     return objects
 
 
@@ -107,6 +118,7 @@ class ClusterFileSource:
             logger.warning("%s", problem)
         self._nodes = {object_name(node): node for node in loaded.nodes}
         self._pods = {pod_key(pod): pod for pod in loaded.pods}
+        self._groups = loaded.groups
         self._lock = threading.RLock()
         self._started = False
         self._synced = threading.Event()
@@ -129,7 +141,8 @@ class ClusterFileSource:
             return [copy.deepcopy(pod) for pod in self._pods.values()]
 
     def start(self) -> None:
-        """Emit ``NodeUpserted`` per node, ``PodUpserted`` per non-terminal pod, then ``Synced``."""
+        """Emit ``NodeUpserted`` per node, ``PodUpserted`` per non-terminal pod, ``GroupUpserted`` per
+        PodGroup, then ``Synced``."""
         with self._lock:
             if self._started:
                 raise RuntimeError("ClusterFileSource already started")
@@ -139,6 +152,8 @@ class ClusterFileSource:
             for pod in self._pods.values():
                 if not pod_is_terminal(pod):
                     self._emit(PodUpserted(copy.deepcopy(pod)))
+            for group in self._groups:
+                self._emit(GroupUpserted(copy.deepcopy(group)))
             self._emit(Synced())
             self._synced.set()
 
@@ -194,6 +209,9 @@ class ClusterFileSource:
         self._on_event(event)
 
 
+_KEPT = frozenset({"Node", "Pod", *(f"PodGroup.{group}" for group in _GROUP_APIS)})
+
+
 def _documents(path: Path, text: str) -> list[Any]:
     """Parse the file: JSON for ``.json``, else (multi-document) YAML; empty documents are dropped."""
     try:
@@ -238,13 +256,16 @@ def _item_kind(list_kind: Any) -> str | None:
 
 
 def _check_object(path: Path, where: str, item: Any) -> str:
-    """Validate the shape of one item and return its kind."""
+    """Validate the shape of one kept item and return its kind: ``Node``, ``Pod``, ``PodGroup.<API group>``
+    or, for any other object, its kind as written."""
     if not isinstance(item, dict):
         raise SourceError(f"{path}: {where}: expected an object (mapping), got {type(item).__name__}")
     kind = item.get("kind")
     if not isinstance(kind, str) or not kind:
         raise SourceError(f"{path}: {where}: missing kind")
-    if kind not in ("Node", "Pod"):
+    if kind == "PodGroup" and api_group(item) in _GROUP_APIS:
+        kind = f"PodGroup.{api_group(item)}"  # the two PodGroup kinds are distinct objects
+    if kind not in _KEPT:
         return kind
     metadata = item.get("metadata")
     if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str) or not metadata["name"]:

@@ -1,7 +1,9 @@
 """The few Kubernetes API calls gpupack needs, behind a small protocol, and their real implementation.
 
 ``KubeApi`` is everything the sources, the binder and the pod events use; tests substitute a scripted
-fake. ``OfficialKubeApi`` implements it over the official ``kubernetes`` client.
+fake. ``BudgetApi`` (PodDisruptionBudgets) and ``GroupApi`` (PodGroups, custom resources) are optional:
+a source reads those kinds only from an API that has them. ``OfficialKubeApi`` implements all three over
+the official ``kubernetes`` client.
 
 Why raw JSON instead of the client's models: lists are requested with ``_preload_content=False`` and
 parsed with orjson. A cluster can hold tens of thousands of pods; building the client's pydantic models
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
 import orjson
@@ -31,6 +34,7 @@ WatchEvent = dict[str, Any]
 """A raw watch event: ``{"type": "ADDED"|"MODIFIED"|"DELETED"|"BOOKMARK"|"ERROR", "object": {...}}``."""
 
 HTTP_GONE = 410
+HTTP_NOT_FOUND = 404  # a list of a custom resource whose CRD is not installed
 
 
 BIND_CONNECTIONS = 40  # TLS connections kept to the API server: anyio runs up to 40 binds at once
@@ -98,6 +102,42 @@ class BudgetApi(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class PodGroupKind:
+    """One PodGroup custom resource gpupack reads (#29), named as the custom objects API names it."""
+
+    group: str
+    version: str
+    plural: str = "podgroups"
+
+    @property
+    def api_version(self) -> str:
+        """``group/version``, as the objects' apiVersion reads."""
+        return f"{self.group}/{self.version}"
+
+
+POD_GROUP_KINDS = (
+    PodGroupKind("scheduling.x-k8s.io", "v1alpha1"),  # scheduler-plugins' coscheduling, Kueue, Kubeflow
+    PodGroupKind("scheduling.volcano.sh", "v1beta1"),  # Volcano
+)
+
+
+@runtime_checkable
+class GroupApi(Protocol):
+    """PodGroups of every namespace, for gang placement (#29); a source watches them when its API has them.
+
+    Both calls raise ``ApiException`` with status 404 where the cluster does not serve ``kind``.
+    """
+
+    def list_pod_groups(self, kind: PodGroupKind) -> ObjectList:
+        """List every PodGroup of ``kind`` of every namespace."""
+        ...
+
+    def watch_pod_groups(self, kind: PodGroupKind, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        """Watch PodGroups of ``kind`` of every namespace from ``resource_version`` with bookmarks."""
+        ...
+
+
 def load_kube_config(kubeconfig_path: str | None) -> client.ApiClient:
     """Return an API client configured as kubectl would be (`kubeconfig.choose_kube_config`):
     ``kubeconfig_path`` when given, else $KUBECONFIG, else ~/.kube/config, else in-cluster."""
@@ -119,7 +159,7 @@ def load_kube_config(kubeconfig_path: str | None) -> client.ApiClient:
 
 
 class OfficialKubeApi:
-    """``KubeApi`` over ``kubernetes.client.CoreV1Api`` and ``kubernetes.watch.Watch``.
+    """``KubeApi``, ``BudgetApi`` and ``GroupApi`` over the official client's APIs and ``kubernetes.watch.Watch``.
 
     Lists are paginated (``page_size`` items a request) and restarted from scratch when a continue
     token expires, so the result is one consistent snapshot. Watches get a client-side read timeout of
@@ -138,6 +178,7 @@ class OfficialKubeApi:
         self._core = client.CoreV1Api(api_client)
         self._events = client.EventsV1Api(api_client)
         self._policy = client.PolicyV1Api(api_client)
+        self._custom = client.CustomObjectsApi(api_client)
         self._page_size = page_size
         self._connect_timeout = connect_timeout
         self._request_timeout = (connect_timeout, request_timeout)
@@ -169,6 +210,22 @@ class OfficialKubeApi:
         """Watch PodDisruptionBudgets of every namespace from ``resource_version``; see ``WatchStream``."""
         return self._watch(
             self._policy.list_pod_disruption_budget_for_all_namespaces, resource_version, timeout_seconds
+        )
+
+    def list_pod_groups(self, kind: PodGroupKind) -> ObjectList:
+        """List every PodGroup of ``kind`` of every namespace (raw dicts)."""
+        return self._list(
+            partial(self._custom.list_cluster_custom_object, kind.group, kind.version, kind.plural),
+            "PodGroup",
+            kind.api_version,
+        )
+
+    def watch_pod_groups(self, kind: PodGroupKind, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        """Watch PodGroups of ``kind`` of every namespace from ``resource_version``; see ``WatchStream``."""
+        return self._watch(
+            partial(self._custom.list_cluster_custom_object, kind.group, kind.version, kind.plural),
+            resource_version,
+            timeout_seconds,
         )
 
     def create_binding(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:

@@ -12,7 +12,10 @@ reflector taught everybody:
 
 PodDisruptionBudgets are watched too when the API offers them (`BudgetApi`), for preemption (#28); their
 list does not gate ``Synced`` (a cluster that refuses them, or an RBAC without them, still schedules:
-budgets only weigh the choice of victims).
+budgets only weigh the choice of victims). PodGroups of both kinds gangs read (#29) are watched likewise
+when the API offers them (`GroupApi`), without gating ``Synced``; where a kind's CRD is not installed its
+list gets 404: that is logged once at INFO and the list retried with the backoff, so a CRD installed
+later is picked up.
 Pods are watched in every namespace because CPU and memory of every pod on a GPU node count; a pod that
 turns Succeeded or Failed is reported as deleted since it no longer holds resources.
 """
@@ -25,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -36,6 +40,8 @@ from gpupack.kube.sources.events import (
     BudgetUpserted,
     Event,
     EventHandler,
+    GroupDeleted,
+    GroupUpserted,
     JsonObject,
     NodeDeleted,
     NodeUpserted,
@@ -46,7 +52,17 @@ from gpupack.kube.sources.events import (
     object_uid,
     resource_version,
 )
-from gpupack.kube.sources.kube_api import HTTP_GONE, BudgetApi, KubeApi, ObjectList, WatchEvent
+from gpupack.kube.sources.kube_api import (
+    HTTP_GONE,
+    HTTP_NOT_FOUND,
+    POD_GROUP_KINDS,
+    BudgetApi,
+    GroupApi,
+    KubeApi,
+    ObjectList,
+    PodGroupKind,
+    WatchEvent,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +99,7 @@ class KindSpec:
     upserted: Callable[[JsonObject], Event]
     deleted: Callable[[str, str], Event]
     gates_sync: bool = True  # ``Synced`` waits for this kind's list
+    optional: bool = False  # a custom resource: 404 means its CRD is not installed (yet), retried quietly
 
 
 def node_spec(api: KubeApi) -> KindSpec:
@@ -109,6 +126,21 @@ def budget_spec(api: BudgetApi) -> KindSpec:
         upserted=BudgetUpserted,
         deleted=BudgetDeleted,
         gates_sync=False,  # budgets only weigh victims: a cluster that will not list them still schedules
+    )
+
+
+def group_spec(api: GroupApi, kind: PodGroupKind) -> KindSpec:
+    """A PodGroup kind (a custom resource, #29): every group is live; key is ``namespace/name``."""
+    return KindSpec(
+        kind=f"PodGroup.{kind.group}",
+        list=partial(api.list_pod_groups, kind),
+        watch=partial(api.watch_pod_groups, kind),
+        key=pod_key,
+        live=lambda group: True,
+        upserted=GroupUpserted,
+        deleted=lambda key, uid: GroupDeleted(key, uid, kind.group),
+        gates_sync=False,  # a cluster without the CRDs still schedules
+        optional=True,
     )
 
 
@@ -181,6 +213,8 @@ class KubernetesSource:
         self._reflectors = [_Reflector(self, node_spec(api)), _Reflector(self, pod_spec(api))]
         if isinstance(api, BudgetApi):  # PodDisruptionBudgets, for preemption's victims (#28)
             self._reflectors.append(_Reflector(self, budget_spec(api)))
+        if isinstance(api, GroupApi):  # PodGroups, for gang placement (#29)
+            self._reflectors.extend(_Reflector(self, group_spec(api, kind)) for kind in POD_GROUP_KINDS)
         self._listed: set[str] = set()
         self._threads: list[threading.Thread] = []
 
@@ -213,7 +247,8 @@ class KubernetesSource:
         return self._synced.wait(timeout)
 
     def resource_version(self, kind: str) -> str:
-        """The last resourceVersion seen for ``kind`` ("Node" or "Pod")."""
+        """The last resourceVersion seen for ``kind`` ("Node", "Pod", "PodDisruptionBudget" or
+        "PodGroup.<API group>")."""
         return next(r.resource_version for r in self._reflectors if r.kind == kind)
 
     def create_binding(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
@@ -282,6 +317,7 @@ class _Reflector:
         self._known: dict[str, str] = {}  # key -> uid of every object the consumer holds
         self._consumer_failed = False
         self._stream: Iterator[WatchEvent] | None = None
+        self._told_absent = False  # the kind's 404 (CRD missing) has been logged
 
     def run(self) -> None:
         """Loop until the source stops: list, watch, re-watch, relist on 410."""
@@ -303,18 +339,33 @@ class _Reflector:
                 failure = exc
             if self._source.stopping:
                 break
+            if self._absent(failure):
+                must_list = True  # the CRD went away under a watch: list again until it is back
             delay = backoff.next_delay()
             if isinstance(failure, _Gone) and backoff.failures == 1:
                 delay = 0.0  # the first 410 after a healthy watch relists at once
-            logger.warning(
-                "%s %s: %s; %s in %.2fs",
-                self.kind,
-                type(failure).__name__,
-                failure,
-                "relisting" if must_list else "watching again",
-                delay,
-            )
+            self._report(failure, must_list, delay)
             self._source.sleep(delay)
+
+    def _absent(self, failure: Exception) -> bool:
+        """Whether ``failure`` says the API does not serve this (optional) kind."""
+        return self._spec.optional and isinstance(failure, ApiException) and failure.status == HTTP_NOT_FOUND
+
+    def _report(self, failure: Exception, must_list: bool, delay: float) -> None:
+        """Log a failed attempt: a warning, except a missing CRD, told once at INFO until it is served."""
+        if self._absent(failure):
+            if not self._told_absent:
+                self._told_absent = True
+                logger.info("%s is not served (CRD not installed?); retrying with backoff", self.kind)
+            return
+        logger.warning(
+            "%s %s: %s; %s in %.2fs",
+            self.kind,
+            type(failure).__name__,
+            failure,
+            "relisting" if must_list else "watching again",
+            delay,
+        )
 
     def interrupt(self) -> None:
         """Close the pending watch, if any, so that a blocked read returns."""
@@ -327,6 +378,7 @@ class _Reflector:
 
     def _relist(self) -> None:
         listing = self._spec.list()
+        self._told_absent = False
         spec = self._spec
         with self._source.emit_lock:
             present = {spec.key(obj): obj for obj in listing.items if spec.live(obj)}

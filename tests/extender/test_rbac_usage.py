@@ -1,10 +1,12 @@
 """The gpupack-extender ClusterRole grants exactly the API calls the extender's code makes.
 
 The calls are read from the code, not listed by hand: every `self._core.<method>` (CoreV1Api),
-`self._events.<method>` (EventsV1Api) and `self._policy.<method>` (PolicyV1Api) of
-kube/sources/kube_api.py is resolved through the installed Kubernetes client to its HTTP method and
-path (`<Api>._<method>_serialize`), which gives the RBAC (apiGroup, resource, verb); a list method
-handed to `self._watch` is the `watch` verb. Any other Kubernetes API object constructed anywhere
+`self._events.<method>` (EventsV1Api), `self._policy.<method>` (PolicyV1Api) and `self._custom.<method>`
+(CustomObjectsApi) of kube/sources/kube_api.py is resolved through the installed Kubernetes client to its
+HTTP method and path (`<Api>._<method>_serialize`), which gives the RBAC (apiGroup, resource, verb); a
+list method handed to `self._watch` (directly or in a `partial`) is the `watch` verb. A custom objects
+call's path has the group and plural as parameters: kube_api.py makes those calls for each kind of
+`POD_GROUP_KINDS`, whose group and plural fill them in. Any other Kubernetes API object constructed anywhere
 under extender/ would bypass that scan, so the test refuses it too.
 """
 
@@ -19,6 +21,8 @@ from typing import Any
 import yaml
 from kubernetes import client
 
+from gpupack.kube.sources.kube_api import POD_GROUP_KINDS
+
 ROOT = Path(__file__).resolve().parents[2]
 SERVICE_COMPONENTS = ("gpupack", "scoring", "kube", "extender")  # the agent has RBAC of its own
 KUBE_API = ROOT / "kube" / "sources" / "kube_api.py"
@@ -30,7 +34,19 @@ CLIENTS = {  # attribute of OfficialKubeApi -> its class
     "_core": client.CoreV1Api,
     "_events": client.EventsV1Api,
     "_policy": client.PolicyV1Api,
+    "_custom": client.CustomObjectsApi,
 }
+CUSTOM_RESOURCES = [(kind.group, kind.plural) for kind in POD_GROUP_KINDS]  # what `self._custom` is called for
+
+
+def rbac_of_call(api_method: str, watched: bool, api: type) -> set[tuple[str, str, str]]:
+    """The (apiGroup, resource[/subresource], verb) of one call of a method of `api`: one, or for a custom
+    objects method (group and plural are its parameters) one per custom resource kube_api.py reads."""
+    group, resource, verb = rbac_of(api_method, watched, api)
+    if api is not client.CustomObjectsApi:
+        return {(group, resource, verb)}
+    assert (group, resource) == ("{group}", "{plural}"), f"{api_method}: not a call on a custom resource kind"
+    return {(custom_group, plural, verb) for custom_group, plural in CUSTOM_RESOURCES}
 
 
 def rbac_of(api_method: str, watched: bool, api: type = client.CoreV1Api) -> tuple[str, str, str]:
@@ -56,11 +72,11 @@ def calls_in_code() -> set[tuple[str, str, str]]:
     watched: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and _is_self_attr(node.func, "_watch"):
-            watched.update(id(arg) for arg in node.args)
+            watched.update(id(inner) for arg in node.args for inner in ast.walk(arg))
     for node in ast.walk(tree):
         for attribute, api in CLIENTS.items():
             if isinstance(node, ast.Attribute) and _is_self_attr(node.value, attribute):
-                used.add(rbac_of(node.attr, id(node) in watched, api))
+                used |= rbac_of_call(node.attr, id(node) in watched, api)
     return used
 
 
@@ -96,6 +112,10 @@ def test_the_code_makes_the_calls_gpupack_needs() -> None:
         ("events.k8s.io", "events", "patch"),
         ("policy", "poddisruptionbudgets", "list"),  # preemption's victims (#28)
         ("policy", "poddisruptionbudgets", "watch"),
+        ("scheduling.x-k8s.io", "podgroups", "list"),  # gangs' sizes (#29)
+        ("scheduling.x-k8s.io", "podgroups", "watch"),
+        ("scheduling.volcano.sh", "podgroups", "list"),
+        ("scheduling.volcano.sh", "podgroups", "watch"),
     }
 
 
@@ -107,8 +127,8 @@ def test_cluster_role_grants_nothing_the_code_does_not_use() -> None:
 
 
 def test_no_other_kubernetes_api_client_in_the_service() -> None:
-    """Of what `gpupack serve` runs, only kube_api.py talks to the API server, through CoreV1Api, EventsV1Api
-    and PolicyV1Api."""
+    """Of what `gpupack serve` runs, only kube_api.py talks to the API server, through CoreV1Api, EventsV1Api,
+    PolicyV1Api and CustomObjectsApi."""
     constructed: dict[str, set[str]] = {}
     for path in (path for folder in SERVICE_COMPONENTS for path in (ROOT / folder).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -128,3 +148,12 @@ def test_rbac_of_reads_the_client() -> None:
     events = client.EventsV1Api
     assert rbac_of("create_namespaced_event", watched=False, api=events) == ("events.k8s.io", "events", "create")
     assert rbac_of("patch_namespaced_event", watched=False, api=events) == ("events.k8s.io", "events", "patch")
+
+
+def test_rbac_of_fills_in_the_custom_resources_of_a_custom_objects_call() -> None:
+    custom = client.CustomObjectsApi
+    assert rbac_of_call("list_cluster_custom_object", watched=True, api=custom) == {
+        ("scheduling.x-k8s.io", "podgroups", "watch"),
+        ("scheduling.volcano.sh", "podgroups", "watch"),
+    }
+    assert rbac_of("list_cluster_custom_object", watched=False, api=custom) == ("{group}", "{plural}", "list")

@@ -34,6 +34,7 @@ SERVICE_ACCOUNT = "gpupack-scheduler"
 IMAGE_NAME = "ghcr.io/gpupack/gpupack"  # as the chart names it; manifests/kustomization.yaml's images set it
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
+GANG_GROUPS = ("scheduling.x-k8s.io", "scheduling.volcano.sh")  # the API groups of the PodGroups gangs read
 # The gpupack sidecar's ClusterRole, exactly: (API group, resource, verb).
 EXTENDER_RULES = {  # what kube/sources/kube_api.py calls (tests/extender/test_rbac_usage.py derives it)
     *{("", "nodes", verb) for verb in ("list", "watch")},
@@ -41,6 +42,7 @@ EXTENDER_RULES = {  # what kube/sources/kube_api.py calls (tests/extender/test_r
     ("", "pods/binding", "create"),
     *{("events.k8s.io", "events", verb) for verb in ("create", "patch")},
     *{("policy", "poddisruptionbudgets", verb) for verb in ("list", "watch")},  # preemption's victims (#28)
+    *{(group, "podgroups", verb) for group in GANG_GROUPS for verb in ("list", "watch")},  # gangs' sizes (#29)
 }
 
 
