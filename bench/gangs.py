@@ -24,12 +24,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
+from gpupack.bench.arm_report import by_workload, report_tail, saved_runs, seeds_arg, write_report
 from gpupack.bench.jobs import NODE_LIST, _nodes, _pods, pod_file
 from gpupack.bench.markdown import Table, bullet_list
 from gpupack.bench.paired import Paired, paired
-from gpupack.bench.preemption import _seeds
 from gpupack.scoring.facts import NodeFacts
 from gpupack.sim.gangs import K_SIZES, K_WEIGHTS, Arm, GangConfig, gang_jobs, nvl72_nodes, run_gangs
 from gpupack.sim.simulate import make_policy
@@ -246,6 +244,12 @@ def _commit(info: Mapping[str, object]) -> str:
     return commit if not dirty or "uncommitted" in commit else f"{commit} with uncommitted changes"
 
 
+PAIRED_TITLE = (
+    "## Paired over the seeds (gangs − pod-by-pod; jobs started and GPUs running jobs: higher is better, the others: "
+    "lower)"
+)
+
+
 def render(
     results: Mapping[str, Sequence[Mapping[str, Any]]], info: Mapping[str, object], command: str
 ) -> tuple[str, dict[str, object]]:
@@ -266,20 +270,9 @@ def render(
         protocol_text(config_for(float(next(iter(results.values()))[0]["horizon"]))),
         "## Acceptance: GPUs held by partial jobs, per seed (the issue's: zero for gangs, pod-by-pod beside it)",
         bullet_list(acceptance(results)),
-        "## Paired over the seeds (gangs − pod-by-pod; jobs started and GPUs running jobs: higher is better, the "
-        "others: lower)",
-        summary.markdown(),
+        *report_tail(summary, results, per_seed_table, PAIRED_TITLE),
     ]
-    for workload, runs in results.items():
-        parts += [f"## {workload}: per seed", per_seed_table(runs).markdown()]
-    text = "\n\n".join(parts) + "\n"
-    saved: dict[str, object] = {
-        "machine": dict(info),
-        "command": command,
-        "summary": summary.to_json(),
-        "runs": {w: [dict(r) for r in runs] for w, runs in results.items()},
-    }
-    return text, saved
+    return "\n\n".join(parts) + "\n", saved_runs(info, command, summary, results)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -302,21 +295,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     started = time.perf_counter()
     options = {"node_limit": args.node_limit, "racks": args.racks, "horizon": args.horizon}
-    jobs = build_jobs(str(traces), workloads, _seeds(args.seeds), **options)
+    jobs = build_jobs(str(traces), workloads, seeds_arg(args.seeds), **options)
     print(f"bench.gangs: {len(jobs)} runs on {args.workers} workers", file=sys.stderr, flush=True)
     done = run_all(jobs, args.workers, lambda text: print(text, file=sys.stderr, flush=True))
-    by_workload: dict[str, list[dict[str, object]]] = {w: [] for w in workloads}
-    for result in done:
-        by_workload[str(result["workload"])].append(result)
     info = machine() | {"seconds": round(time.perf_counter() - started)}
     info["commit"] = _commit(info)
     command = "python -m gpupack.bench.gangs " + " ".join(argv if argv is not None else sys.argv[1:])
-    text, saved = render(by_workload, info, command.strip())
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "gangs.md").write_text(text, encoding="utf-8")
-    (out / "gangs.json").write_bytes(orjson.dumps(saved, option=orjson.OPT_INDENT_2))
-    print(f"bench.gangs: {out / 'gangs.md'}")
+    text, saved = render(by_workload(done, workloads), info, command.strip())
+    print(f"bench.gangs: {write_report(Path(args.out), 'gangs', text, saved)}")
     return 0
 
 

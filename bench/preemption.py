@@ -24,8 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
+from gpupack.bench.arm_report import by_workload, report_tail, saved_runs, seeds_arg, write_report
 from gpupack.bench.jobs import NODE_LIST, _nodes, _pods, pod_file
 from gpupack.bench.markdown import Table, bullet_list
 from gpupack.bench.paired import Paired, paired
@@ -195,6 +194,9 @@ def goals(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
     return lines
 
 
+PAIRED_TITLE = "## Paired over the seeds (gpupack − count; lower is better on every metric)"
+
+
 def render(
     results: Mapping[str, Sequence[Mapping[str, Any]]], info: Mapping[str, object], command: str
 ) -> tuple[str, dict[str, object]]:
@@ -224,27 +226,9 @@ def render(
         "## Goals (the issue's: zero wasted evictions for gpupack on every seed, fewer evictions than count on "
         "every seed)",
         bullet_list(goals(results)),
-        "## Paired over the seeds (gpupack − count; lower is better on every metric)",
-        summary.markdown(),
+        *report_tail(summary, results, per_seed_table, PAIRED_TITLE),
     ]
-    for workload, runs in results.items():
-        parts += [f"## {workload}: per seed", per_seed_table(runs).markdown()]
-    text = "\n\n".join(parts) + "\n"
-    saved: dict[str, object] = {
-        "machine": dict(info),
-        "command": command,
-        "summary": summary.to_json(),
-        "runs": {w: [dict(r) for r in runs] for w, runs in results.items()},
-    }
-    return text, saved
-
-
-def _seeds(text: str) -> list[int]:
-    """`42-51` or `42,44`."""
-    if "-" in text:
-        first, last = text.split("-", 1)
-        return list(range(int(first), int(last) + 1))
-    return [int(s) for s in text.split(",") if s]
+    return "\n\n".join(parts) + "\n", saved_runs(info, command, summary, results)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -264,20 +248,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bench.preemption: openb trace not found in {traces}", file=sys.stderr)
         return 2
     started = time.perf_counter()
-    jobs = build_jobs(str(traces), workloads, _seeds(args.seeds), scale=args.scale)
+    jobs = build_jobs(str(traces), workloads, seeds_arg(args.seeds), scale=args.scale)
     print(f"bench.preemption: {len(jobs)} runs on {args.workers} workers", file=sys.stderr, flush=True)
     done = run_jobs(jobs, args.workers, lambda text: print(text, file=sys.stderr, flush=True))
-    by_workload: dict[str, list[dict[str, object]]] = {w: [] for w in workloads}
-    for result in done:
-        by_workload[str(result["workload"])].append(result)
     info = machine() | {"seconds": round(time.perf_counter() - started)}
     command = "python -m gpupack.bench.preemption " + " ".join(argv if argv is not None else sys.argv[1:])
-    text, saved = render(by_workload, info, command.strip())
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "preemption.md").write_text(text, encoding="utf-8")
-    (out / "preemption.json").write_bytes(orjson.dumps(saved, option=orjson.OPT_INDENT_2))
-    print(f"bench.preemption: {out / 'preemption.md'}")
+    text, saved = render(by_workload(done, workloads), info, command.strip())
+    print(f"bench.preemption: {write_report(Path(args.out), 'preemption', text, saved)}")
     return 0
 
 
