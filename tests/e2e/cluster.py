@@ -137,3 +137,18 @@ class E2ECluster:
     @staticmethod
     def _json(response: Any) -> dict[str, Any]:
         return json.loads(response.data)
+
+
+def wait_gpupack_holds_the_bound_pods(cluster: E2ECluster) -> None:
+    """Wait until gpupack accounts for every bound pod of the cluster, each at its assignment."""
+    core = cluster.plane.core()
+
+    def accounted() -> bool:
+        pods = json.loads(core.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
+        bound = sum(1 for p in pods if p["spec"].get("nodeName"))
+        plane = cluster.plane
+        return (
+            plane.gpupack_metric("gpupack_pods_bound") == bound and plane.gpupack_metric("gpupack_pods_unplaced") == 0
+        )
+
+    wait_until("gpupack to account for the bound pods", accounted, 60, interval=0.5)

@@ -58,7 +58,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpupack.harness.controlplane import ControlPlane, ControlPlaneError, pod_body, wait_until
 from tests.e2e.catalogue import H100, all_to_all_nvlink, whole_gpu_node
-from tests.e2e.cluster import E2ECluster
+from tests.e2e.cluster import E2ECluster, wait_gpupack_holds_the_bound_pods
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "manifests" / "examples" / "podgroups-crd.yaml"
@@ -173,18 +173,6 @@ def blocker(name: str, node: str, gpus: list[int]) -> dict[str, Any]:
     body["spec"]["terminationGracePeriodSeconds"] = 0
     body["metadata"]["annotations"][ASSIGNMENT] = json.dumps({"node": node, "gpus": [{"index": i} for i in gpus]})
     return body
-
-
-def wait_gpupack_holds_the_bound_pods(cluster: E2ECluster) -> None:
-    """Wait until gpupack accounts for every bound pod of the cluster."""
-    core = cluster.plane.core()
-
-    def accounted() -> bool:
-        pods = json.loads(core.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
-        bound = sum(1 for p in pods if p["spec"].get("nodeName"))
-        return cluster.plane.gpupack_metric("gpupack_pods_bound") == bound
-
-    wait_until("gpupack to account for the bound pods", accounted, 60, interval=0.5)
 
 
 def scheduled_message(pod: Mapping[str, Any]) -> str:

@@ -74,7 +74,7 @@ from kubernetes import client
 
 from gpupack.harness.controlplane import ControlPlane, pod_body, shipped_scheduler_config, wait_until
 from tests.e2e.catalogue import H100, dynamic_mig_node, whole_gpu_node
-from tests.e2e.cluster import E2ECluster
+from tests.e2e.cluster import E2ECluster, wait_gpupack_holds_the_bound_pods
 
 ASSIGNMENT = "gpupack.io/assignment"
 HIGH = 1000  # the preemptor's priority; occupants of this priority are never victims
@@ -299,21 +299,6 @@ def occupant_body(occupant: Occupant, prefix: str) -> dict[str, Any]:
     body["spec"]["nodeName"] = node
     body["metadata"]["annotations"][ASSIGNMENT] = json.dumps({"node": node, "gpus": list(occupant.slots)})
     return body
-
-
-def wait_gpupack_holds_the_bound_pods(cluster: E2ECluster) -> None:
-    """Wait until gpupack accounts for every bound pod of the cluster, each at its assignment."""
-    core = cluster.plane.core()
-
-    def accounted() -> bool:
-        pods = json.loads(core.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
-        bound = sum(1 for p in pods if p["spec"].get("nodeName"))
-        plane = cluster.plane
-        return (
-            plane.gpupack_metric("gpupack_pods_bound") == bound and plane.gpupack_metric("gpupack_pods_unplaced") == 0
-        )
-
-    wait_until("gpupack to account for the bound pods", accounted, 60, interval=0.5)
 
 
 def preempted_events(cluster: E2ECluster) -> dict[str, str]:
