@@ -19,7 +19,9 @@ Pods — how a bound, non-terminal pod consumes capacity (also the rule after a 
    when the inventory accepts it, a pod keeps its committed placement for as long as it lives on that
    node (a later change of its annotation does not move it), and a pod that fits nowhere on its node
    holds nothing and is retried whenever capacity on that node is released.
-4. Until the source's first `Synced`, rule-2 placements wait, so that first-fit never takes a GPU a
+4. On a DRA node (extender/dra_inventory.py, docs/dra.md) a pod whose GPU request a ResourceClaim serves
+   (KEP-5004) takes its CPU, memory and one pod slot only: its GPUs are held once, by the claim.
+5. Until the source's first `Synced`, rule-2 placements wait, so that first-fit never takes a GPU a
    not-yet-listed pod legitimately claims; the order of the initial list does not matter.
 
 Reservations (extender.reservations) live here too as far as capacity goes: the informer showing a
@@ -43,9 +45,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from gpupack.extender.dra_inventory import DraInventory
 from gpupack.extender.reservations import Ended, Reservation, ReservationBook
+from gpupack.kube.dra import extended_claim_of_pod
 from gpupack.kube.keys import ANNOTATION_ASSIGNMENT
-from gpupack.kube.node_facts import NodeFactsError, PriceTable, facts_from_node, node_is_schedulable, node_name
+from gpupack.kube.node_facts import NodeFactsError, PriceTable, node_is_schedulable, node_name
 from gpupack.kube.node_usage import NodeUsageBook, read_node_usage
 from gpupack.kube.pod_request import (
     AssignmentError,
@@ -63,7 +67,16 @@ from gpupack.kube.pods import (
     pod_started_at,
     pod_uid,
 )
-from gpupack.kube.sources.events import Event, NodeDeleted, NodeUpserted, PodDeleted, PodUpserted, Synced
+from gpupack.kube.sources.events import (
+    DraDeleted,
+    DraUpserted,
+    Event,
+    NodeDeleted,
+    NodeUpserted,
+    PodDeleted,
+    PodUpserted,
+    Synced,
+)
 from gpupack.scoring.decider import Decider
 from gpupack.scoring.facts import NodeFacts, Placement
 from gpupack.scoring.inventory import Inventory, InventoryError
@@ -85,6 +98,7 @@ class PlacedBy(StrEnum):
     NOTHING = ""  # it holds nothing (yet)
     ASSIGNMENT = "assignment"  # rule 1: its own valid gpupack.io/assignment
     CPU = "cpu"  # rule 1: a CPU-only pod's CPU, memory and pod slot
+    CLAIM = "claim"  # rule 4: its CPU, memory and pod slot; a ResourceClaim holds its GPUs
     RESERVATION = "reservation"  # confirmed: the filter decision it was bound with
     DEVICES_IN_USE = "devices-in-use"  # rule 2: what gpupack agent saw it hold
     FIRST_FIT = "first-fit"  # rule 2: chosen first-fit on its node
@@ -127,6 +141,7 @@ class PodRecord:
     how: PlacedBy = PlacedBy.NOTHING
     unreadable: UnreadableCharge | None = None  # set when the request cannot be read (then `request` is empty)
     life: PodLife = dataclasses.field(default_factory=PodLife)  # what preemption weighs (#28)
+    extended_claim: str | None = None  # status.extendedResourceClaimStatus's claim (KEP-5004), namespace/name
 
 
 @dataclass(frozen=True)
@@ -159,6 +174,7 @@ class PodLedger:
         self.book = book
         self.first_fit = first_fit  # rule 2
         self.node_usage = NodeUsageBook(inventory)  # gpupack.io/devices-in-use, from gpupack agent
+        self.dra = DraInventory(inventory)  # ResourceSlices and ResourceClaims (#30)
         self.on_pod_gone: list[Callable[[str], None]] = []  # told the identity of every deleted pod
         self._prices = prices
         self._bad: dict[str, str] = {}
@@ -230,6 +246,8 @@ class PodLedger:
                     self._pod_upserted(event.pod)
                 elif isinstance(event, PodDeleted):
                     self._pod_deleted(identity(event.uid, event.key))
+                elif isinstance(event, DraUpserted | DraDeleted):
+                    self._dra_changed(event)
                 elif isinstance(event, Synced):
                     self._on_synced()
             except Exception:  # one bad object must not stop the event stream
@@ -243,7 +261,7 @@ class PodLedger:
             logger.warning("ignoring a node: %s", exc)
             return
         try:
-            facts = facts_from_node(node, self._prices)
+            facts = self.dra.facts(node, self._prices)
             usage = read_node_usage(node, facts.gpu_count)
         except NodeFactsError as exc:
             self._node_gone(name, str(exc))
@@ -255,10 +273,12 @@ class PodLedger:
         row = self.inventory.index.get(name)
         same_usage = self.node_usage.unchanged(usage)
         if row is not None and self._same_facts(row, facts) and same_usage:
+            self._dra_reconcile(name)
             return
         if row is not None and same_usage:
             try:
                 self.inventory.update_node(facts)  # same GPUs: change in place, allocations stay
+                self._dra_reconcile(name)
                 return
             except InventoryError:
                 pass  # GPUs changed, or less capacity than is in use: rebuild the node below
@@ -291,6 +311,7 @@ class PodLedger:
             self._detach(name)
         self.node_usage.forget(name)
         if bad_reason is None:
+            self.dra.forget_node(name)
             self._bad.pop(name, None)
             self._unschedulable.discard(name)
         else:
@@ -304,6 +325,7 @@ class PodLedger:
     def _detach(self, name: str) -> None:
         """Remove a node from the inventory; its pods keep their records but hold nothing."""
         self.inventory.remove_node(name)
+        self.dra.detached(name)
         for uid in self._by_node.get(name, ()):
             record = self._pods[uid]
             record.placement = None
@@ -311,7 +333,9 @@ class PodLedger:
             self._unplaced.discard(uid)
 
     def _attach(self, name: str, held: Sequence[Reservation]) -> None:
-        """Re-commit what a freshly added node holds: claims first, then reservations, then the rest."""
+        """Re-commit what a freshly added node holds: ResourceClaims' devices first (the API server's allocation),
+        then the pods' own claims, then reservations, then the rest."""
+        self.dra.attach(name)
         records = [self._pods[uid] for uid in self._by_node.get(name, ())]
         for record in records:
             self._take_exact(record)
@@ -340,11 +364,13 @@ class PodLedger:
         if existing is not None and existing.node == node:
             existing.annotation = annotation
             existing.life = PodLife.of(pod)  # started, terminating and labels change while it lives
+            self._extended_claim_seen(existing, extended_claim_of_pod(pod))
             if existing.placement is None and self._synced:
                 self._take(existing)
             return  # a bound pod never moves: its capacity stays where it is
         record = self._bound_record(pod, uid, key, node, annotation)
         record.life = PodLife.of(pod)
+        record.extended_claim = extended_claim_of_pod(pod)
         if existing is not None:
             self._drop(existing)
         self._pods[uid] = record
@@ -353,7 +379,9 @@ class PodLedger:
             self._unreadable.add(uid)
         reservation = self.book.get(uid)
         if reservation is not None:
-            if reservation.node == node and record.claimed == reservation.placement:
+            confirmed = reservation.node == node and record.claimed == reservation.placement
+            # a claim serving its GPUs holds them already: the filter's GPU slots would count them twice
+            if confirmed and not self._served_by_claim(record):
                 self.book.confirm(uid)
                 record.placement, record.how = reservation.placement, PlacedBy.RESERVATION
                 return
@@ -441,10 +469,16 @@ class PodLedger:
             self._take_fallback(record)
 
     def _take_exact(self, record: PodRecord) -> bool:
-        """Rule 1: the pod's own valid claim (or its CPU/memory for a CPU-only pod)."""
+        """Rule 1: the pod's own valid claim (or its CPU/memory for a CPU-only pod); rule 4: its CPU/memory when
+        a ResourceClaim serves its GPUs."""
         if record.node not in self.inventory.index:
             return False
-        if record.claimed is not None:
+        if self._served_by_claim(record):
+            exact, how = (
+                Placement(record.node, (), record.request.cpu_milli, record.request.memory_bytes),
+                PlacedBy.CLAIM,
+            )
+        elif record.claimed is not None:
             exact, how = record.claimed, PlacedBy.ASSIGNMENT
         elif record.request.kind == Kind.NONE and record.unreadable is None:
             exact, how = (
@@ -474,7 +508,7 @@ class PodLedger:
             return
         if record.unreadable is not None:
             placement, how = self._unreadable_placement(record.node, record.unreadable), PlacedBy.UNREADABLE
-        elif record.request.kind == Kind.NONE:
+        elif record.request.kind == Kind.NONE or self._served_by_claim(record):
             self._take_exact(record)
             return
         elif (observed := self.node_usage.observed(record.node, record.key, record.request)) is not None:
@@ -489,6 +523,41 @@ class PodLedger:
         self.inventory.commit(placement)
         record.placement, record.how = placement, how
         self._unplaced.discard(record.uid)
+
+    def _served_by_claim(self, record: PodRecord) -> bool:
+        return record.unreadable is None and self.dra.serves(record.node, record.request, record.extended_claim)
+
+    def _extended_claim_seen(self, record: PodRecord, claim: str | None) -> None:
+        """A bound pod's extended-resource claim appeared (or changed): take again by rule 4 if that changes
+        what it holds."""
+        if claim == record.extended_claim:
+            return
+        was = self._served_by_claim(record)
+        record.extended_claim = claim
+        if record.placement is not None and was != self._served_by_claim(record):
+            placement, record.placement, record.how = record.placement, None, PlacedBy.NOTHING
+            self.inventory.release(placement)
+            self._take(record)
+            if self._synced:
+                self._retry_unplaced(record.node)
+
+    # ------------------------------------------------------------------ DRA (#30)
+    def _dra_changed(self, event: DraUpserted | DraDeleted) -> None:
+        """A ResourceSlice, ResourceClaim or DeviceClass changed: read the nodes it concerns again, and let
+        the pods waiting on a node where a claim gave capacity back try again."""
+        rebuild, freed = self.dra.apply(event)
+        for name in sorted(rebuild):
+            node = self.dra.nodes.get(name)
+            if node is not None:
+                self._node_upserted(node)
+        for name in sorted(freed):
+            if self._synced and name in self.inventory.index:
+                self.node_usage.hold_excluded(name)
+            self._retry_unplaced(name)
+
+    def _dra_reconcile(self, name: str) -> None:
+        if self.dra.reconcile(name):
+            self._retry_unplaced(name)
 
     def _unreadable_placement(self, node: str, charge: UnreadableCharge) -> Placement | None:
         """All an unreadable pod can be using on `node`, clamped to what is free there (None: no pod slot)."""

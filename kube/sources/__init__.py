@@ -1,7 +1,7 @@
 """Cluster-event sources: a live cluster (list/watch) or a cluster file, both as the same event stream.
 
-Consumers apply ``NodeUpserted``/``NodeDeleted``/``PodUpserted``/``PodDeleted`` (and the budget and
-PodGroup events they use) in order and treat ``Synced`` as "the picture equals a fresh list";
+Consumers apply ``NodeUpserted``/``NodeDeleted``/``PodUpserted``/``PodDeleted`` (and the budget, PodGroup
+and DRA events they use) in order and treat ``Synced`` as "the picture equals a fresh list";
 reconnects, bookmarks and relists stay in here.
 """
 
@@ -9,6 +9,8 @@ from gpupack.kube.sources.errors import SourceError
 from gpupack.kube.sources.events import (
     BudgetDeleted,
     BudgetUpserted,
+    DraDeleted,
+    DraUpserted,
     Event,
     EventHandler,
     GroupDeleted,
@@ -22,9 +24,12 @@ from gpupack.kube.sources.events import (
 )
 from gpupack.kube.sources.file_source import ClusterFileSource, ClusterObjects, load_cluster_objects
 from gpupack.kube.sources.kube_api import (
+    DRA_KINDS,
     POD_GROUP_KINDS,
     BudgetApi,
     ClusterWriter,
+    DraApi,
+    DraKind,
     EventWriter,
     GroupApi,
     KubeApi,
@@ -36,6 +41,7 @@ from gpupack.kube.sources.kube_api import (
 from gpupack.kube.sources.kubernetes_source import Backoff, KubernetesSource
 
 __all__ = [
+    "DRA_KINDS",
     "POD_GROUP_KINDS",
     "Backoff",
     "BudgetApi",
@@ -44,6 +50,10 @@ __all__ = [
     "ClusterFileSource",
     "ClusterObjects",
     "ClusterWriter",
+    "DraApi",
+    "DraDeleted",
+    "DraKind",
+    "DraUpserted",
     "Event",
     "EventHandler",
     "EventWriter",

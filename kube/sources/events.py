@@ -10,6 +10,9 @@ Objects are plain JSON dicts exactly as the API server sends them (camelCase key
 - ``GroupUpserted`` / ``GroupDeleted`` — PodGroups of scheduler-plugins (``scheduling.x-k8s.io``) and
   Volcano (``scheduling.volcano.sh``), for gang placement (#29): from a live cluster that serves their
   CRDs, and from the PodGroup objects of a cluster file;
+- ``DraUpserted`` / ``DraDeleted`` — ResourceSlices, ResourceClaims and DeviceClasses of ``resource.k8s.io``
+  (#30, the DRA inventory): from a live cluster that serves that API (whichever of v1, v1beta2, v1beta1 it
+  serves), and from those objects in a cluster file;
 - ``Synced`` — the consumer's picture now equals a fresh list: emitted once after the initial lists of
   every kind have been applied, and again after every relist.
 
@@ -125,6 +128,37 @@ class GroupDeleted:
 
 
 @dataclass(frozen=True, slots=True)
+class DraUpserted:
+    """A ResourceSlice, ResourceClaim or DeviceClass exists with this content (#30: the DRA inventory)."""
+
+    obj: JsonObject
+
+    @property
+    def kind(self) -> str:
+        """The object's kind: ``ResourceSlice``, ``ResourceClaim`` or ``DeviceClass``."""
+        return str(self.obj.get("kind") or "")
+
+    @property
+    def key(self) -> str:
+        """``namespace/name`` of a ResourceClaim, the name of a (cluster-scoped) slice or class."""
+        return dra_key(self.obj)
+
+    @property
+    def uid(self) -> str:
+        """The object's ``metadata.uid``."""
+        return object_uid(self.obj)
+
+
+@dataclass(frozen=True, slots=True)
+class DraDeleted:
+    """The ``kind`` object (``ResourceSlice``, ``ResourceClaim``, ``DeviceClass``) ``key`` with ``uid`` is gone."""
+
+    kind: str
+    key: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
 class Synced:
     """Every kind has been (re)listed: the events so far describe exactly a fresh list."""
 
@@ -138,6 +172,8 @@ Event = (
     | BudgetDeleted
     | GroupUpserted
     | GroupDeleted
+    | DraUpserted
+    | DraDeleted
     | Synced
 )
 EventHandler = Callable[[Event], None]
@@ -157,6 +193,12 @@ def api_group(obj: JsonObject) -> str:
     """The API group of a raw object's ``apiVersion`` ("" for the core group or when missing)."""
     group, slash, _ = str(obj.get("apiVersion") or "").rpartition("/")
     return group if slash else ""
+
+
+def dra_key(obj: JsonObject) -> str:
+    """How a DRA object is known: ``namespace/name`` when namespaced (claims), else its name."""
+    namespace = (obj.get("metadata") or {}).get("namespace")
+    return f"{namespace}/{object_name(obj)}" if namespace else object_name(obj)
 
 
 def resource_version(obj: JsonObject) -> str | None:

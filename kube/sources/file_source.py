@@ -1,9 +1,10 @@
 """A cluster served from a YAML/JSON file: the same events and writes as a live cluster, in memory.
 
 Accepted file shapes: a list of objects, a ``kind: List`` (or ``NodeList``/``PodList``) object with
-``items``, a single object, or several YAML documents of any of these. Node and Pod objects are kept, and
-PodGroups of ``scheduling.x-k8s.io`` and ``scheduling.volcano.sh`` (gang sizes, #29); other kinds are
-skipped with a warning. Binds and annotation patches change the in-memory pods and emit
+``items``, a single object, or several YAML documents of any of these. Node and Pod objects are kept,
+PodGroups of ``scheduling.x-k8s.io`` and ``scheduling.volcano.sh`` (gang sizes, #29), and ResourceSlices,
+ResourceClaims and DeviceClasses of ``resource.k8s.io`` (the DRA inventory, #30); other kinds are skipped
+with a warning. Binds and annotation patches change the in-memory pods and emit
 ``PodUpserted`` like a watch would, and fail like the API server would (404 unknown pod, 409 uid
 mismatch or pod already bound), raising the client's ``ApiException``.
 Events on pods are not kept: they are logged.
@@ -27,6 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from gpupack.kube.pods import pod_is_terminal, pod_key
 from gpupack.kube.sources.errors import SourceError
 from gpupack.kube.sources.events import (
+    DraUpserted,
     Event,
     EventHandler,
     GroupUpserted,
@@ -35,30 +37,34 @@ from gpupack.kube.sources.events import (
     PodUpserted,
     Synced,
     api_group,
+    dra_key,
     object_name,
 )
-from gpupack.kube.sources.kube_api import POD_GROUP_KINDS
+from gpupack.kube.sources.kube_api import DRA_KINDS, POD_GROUP_KINDS
 
 logger = logging.getLogger(__name__)
 
 _UID_NAMESPACE = uuid.UUID("6f1c3f1e-8a43-4d1e-9a55-2b7c3c8e0a11")
 _GROUP_APIS = frozenset(kind.group for kind in POD_GROUP_KINDS)
+_DRA_KINDS = frozenset(kind.kind for kind in DRA_KINDS)
+_DRA_API = DRA_KINDS[0].group
 
 
 @dataclass(slots=True)
 class ClusterObjects:
-    """The Nodes, Pods and PodGroups of a cluster file, in file order."""
+    """The Nodes, Pods, PodGroups and DRA objects of a cluster file, in file order."""
 
     nodes: list[JsonObject] = field(default_factory=list)
     pods: list[JsonObject] = field(default_factory=list)
     groups: list[JsonObject] = field(default_factory=list)  # PodGroups of either API group (#29)
+    dra: list[JsonObject] = field(default_factory=list)  # ResourceSlices, ResourceClaims, DeviceClasses (#30)
 
 
 def load_cluster_objects(path: str | Path) -> ClusterObjects:
-    """Read the Nodes, Pods and PodGroups of a cluster file; raise ``SourceError`` naming file and item
-    when malformed.
+    """Read the Nodes, Pods, PodGroups and DRA objects of a cluster file; raise ``SourceError`` naming file
+    and item when malformed.
 
-    Pods and PodGroups without ``metadata.namespace`` get ``default``; objects without ``metadata.uid``
+    Pods, PodGroups and ResourceClaims without ``metadata.namespace`` get ``default``; objects without ``metadata.uid``
     get a stable one derived from kind and name, as the API server would have assigned one.
     """
     path = Path(path)
@@ -72,21 +78,28 @@ def load_cluster_objects(path: str | Path) -> ClusterObjects:
         kind = _check_object(path, where, item)
         if kind not in _KEPT:
             logger.warning(
-                "%s: %s: kind %s ignored (%s; only Node, Pod and the PodGroups of %s are used)",
+                "%s: %s: kind %s ignored (%s; only Node, Pod, the PodGroups of %s and %s %s are used)",
                 path, where, kind, item.get("apiVersion"), " and ".join(sorted(_GROUP_APIS)),
+                _DRA_API, ", ".join(sorted(_DRA_KINDS)),
             )  # fmt: skip
             continue
         metadata = item["metadata"]
-        if kind != "Node":
+        if kind not in _CLUSTER_SCOPED:
             metadata.setdefault("namespace", "default")
-        name = object_name(item) if kind == "Node" else pod_key(item)
+        name = dra_key(item) if kind in _DRA_KINDS else object_name(item) if kind == "Node" else pod_key(item)
         if (kind, name) in seen:
             raise SourceError(f"{path}: {where}: duplicate {kind} {name} (first at {seen[kind, name]})")
         seen[kind, name] = where
         metadata.setdefault("uid", str(uuid.uuid5(_UID_NAMESPACE, f"{kind}/{name}")))
-        kept = objects.nodes if kind == "Node" else objects.pods if kind == "Pod" else objects.groups
-        kept.append(item)
+        _kept_list(objects, kind).append(item)
     return objects
+
+
+def _kept_list(objects: ClusterObjects, kind: str) -> list[JsonObject]:
+    """The list of ``objects`` an item of ``kind`` goes to."""
+    if kind in _DRA_KINDS:
+        return objects.dra
+    return objects.nodes if kind == "Node" else objects.pods if kind == "Pod" else objects.groups
 
 
 def empty_cluster_problem(path: str | Path, objects: ClusterObjects) -> str | None:
@@ -119,6 +132,7 @@ class ClusterFileSource:
         self._nodes = {object_name(node): node for node in loaded.nodes}
         self._pods = {pod_key(pod): pod for pod in loaded.pods}
         self._groups = loaded.groups
+        self._dra = loaded.dra
         self._lock = threading.RLock()
         self._started = False
         self._synced = threading.Event()
@@ -142,7 +156,7 @@ class ClusterFileSource:
 
     def start(self) -> None:
         """Emit ``NodeUpserted`` per node, ``PodUpserted`` per non-terminal pod, ``GroupUpserted`` per
-        PodGroup, then ``Synced``."""
+        PodGroup, ``DraUpserted`` per ResourceSlice, ResourceClaim and DeviceClass, then ``Synced``."""
         with self._lock:
             if self._started:
                 raise RuntimeError("ClusterFileSource already started")
@@ -154,6 +168,8 @@ class ClusterFileSource:
                     self._emit(PodUpserted(copy.deepcopy(pod)))
             for group in self._groups:
                 self._emit(GroupUpserted(copy.deepcopy(group)))
+            for obj in self._dra:
+                self._emit(DraUpserted(copy.deepcopy(obj)))
             self._emit(Synced())
             self._synced.set()
 
@@ -209,7 +225,8 @@ class ClusterFileSource:
         self._on_event(event)
 
 
-_KEPT = frozenset({"Node", "Pod", *(f"PodGroup.{group}" for group in _GROUP_APIS)})
+_KEPT = frozenset({"Node", "Pod", *(f"PodGroup.{group}" for group in _GROUP_APIS), *_DRA_KINDS})
+_CLUSTER_SCOPED = frozenset({"Node", "ResourceSlice", "DeviceClass"})
 
 
 def _documents(path: Path, text: str) -> list[Any]:
@@ -256,8 +273,9 @@ def _item_kind(list_kind: Any) -> str | None:
 
 
 def _check_object(path: Path, where: str, item: Any) -> str:
-    """Validate the shape of one kept item and return its kind: ``Node``, ``Pod``, ``PodGroup.<API group>``
-    or, for any other object, its kind as written."""
+    """Validate the shape of one kept item and return its kind: ``Node``, ``Pod``, ``PodGroup.<API group>``,
+    a DRA kind of resource.k8s.io or, for any other object (a DRA kind of another API group too), its kind
+    as written."""
     if not isinstance(item, dict):
         raise SourceError(f"{path}: {where}: expected an object (mapping), got {type(item).__name__}")
     kind = item.get("kind")
@@ -265,6 +283,8 @@ def _check_object(path: Path, where: str, item: Any) -> str:
         raise SourceError(f"{path}: {where}: missing kind")
     if kind == "PodGroup" and api_group(item) in _GROUP_APIS:
         kind = f"PodGroup.{api_group(item)}"  # the two PodGroup kinds are distinct objects
+    if kind in _DRA_KINDS and api_group(item) != _DRA_API:
+        return f"{kind} of {api_group(item) or 'the core API'}"
     if kind not in _KEPT:
         return kind
     metadata = item.get("metadata")

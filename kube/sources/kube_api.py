@@ -1,9 +1,9 @@
 """The few Kubernetes API calls gpupack needs, behind a small protocol, and their real implementation.
 
 ``KubeApi`` is everything the sources, the binder and the pod events use; tests substitute a scripted
-fake. ``BudgetApi`` (PodDisruptionBudgets) and ``GroupApi`` (PodGroups, custom resources) are optional:
-a source reads those kinds only from an API that has them. ``OfficialKubeApi`` implements all three over
-the official ``kubernetes`` client.
+fake. ``BudgetApi`` (PodDisruptionBudgets), ``GroupApi`` (PodGroups, custom resources) and ``DraApi``
+(ResourceSlices, ResourceClaims, DeviceClasses) are optional: a source reads those kinds only from an API
+that has them. ``OfficialKubeApi`` implements all four over the official ``kubernetes`` client.
 
 Why raw JSON instead of the client's models: lists are requested with ``_preload_content=False`` and
 parsed with orjson. A cluster can hold tens of thousands of pods; building the client's pydantic models
@@ -138,6 +138,39 @@ class GroupApi(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class DraKind:
+    """One resource.k8s.io kind gpupack reads (#30), and the versions to ask for it, newest first."""
+
+    kind: str
+    plural: str
+    group: str = "resource.k8s.io"
+    # v1 is served from Kubernetes 1.34; 1.33 serves v1beta2 and v1beta1 (v1beta1 nests device fields in `basic`)
+    versions: tuple[str, ...] = ("v1", "v1beta2", "v1beta1")
+
+
+DRA_KINDS = (
+    DraKind("ResourceSlice", "resourceslices"),
+    DraKind("ResourceClaim", "resourceclaims"),  # of every namespace
+    DraKind("DeviceClass", "deviceclasses"),
+)
+
+
+@runtime_checkable
+class DraApi(Protocol):
+    """ResourceSlices, ResourceClaims and DeviceClasses (#30, the DRA inventory); a source watches them when its
+    API has them. Both calls raise ``ApiException`` with status 404 where the cluster serves no version of ``kind``.
+    """
+
+    def list_dra(self, kind: DraKind) -> ObjectList:
+        """List every object of ``kind`` (claims: of every namespace), in the newest version the API serves."""
+        ...
+
+    def watch_dra(self, kind: DraKind, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        """Watch objects of ``kind`` from ``resource_version`` with bookmarks, in the version last listed."""
+        ...
+
+
 def load_kube_config(kubeconfig_path: str | None) -> client.ApiClient:
     """Return an API client configured as kubectl would be (`kubeconfig.choose_kube_config`):
     ``kubeconfig_path`` when given, else $KUBECONFIG, else ~/.kube/config, else in-cluster."""
@@ -159,7 +192,8 @@ def load_kube_config(kubeconfig_path: str | None) -> client.ApiClient:
 
 
 class OfficialKubeApi:
-    """``KubeApi``, ``BudgetApi`` and ``GroupApi`` over the official client's APIs and ``kubernetes.watch.Watch``.
+    """``KubeApi``, ``BudgetApi``, ``GroupApi`` and ``DraApi`` over the official client's APIs and
+    ``kubernetes.watch.Watch``.
 
     Lists are paginated (``page_size`` items a request) and restarted from scratch when a continue
     token expires, so the result is one consistent snapshot. Watches get a client-side read timeout of
@@ -183,6 +217,7 @@ class OfficialKubeApi:
         self._connect_timeout = connect_timeout
         self._request_timeout = (connect_timeout, request_timeout)
         self._read_grace = read_grace
+        self._dra_versions: dict[str, str] = {}  # DRA kind -> the version the API last served it in
 
     def list_nodes(self) -> ObjectList:
         """List every Node (raw dicts)."""
@@ -224,6 +259,38 @@ class OfficialKubeApi:
         """Watch PodGroups of ``kind`` of every namespace from ``resource_version``; see ``WatchStream``."""
         return self._watch(
             partial(self._custom.list_cluster_custom_object, kind.group, kind.version, kind.plural),
+            resource_version,
+            timeout_seconds,
+        )
+
+    def list_dra(self, kind: DraKind) -> ObjectList:
+        """List every object of ``kind`` (raw dicts), asking for its versions newest first until one is served
+        (404 is "not this version"); 404 from all of them is raised."""
+        known = self._dra_versions.get(kind.kind)
+        versions = [known, *(v for v in kind.versions if v != known)] if known else list(kind.versions)
+        missing: ApiException | None = None
+        for version in versions:
+            try:
+                listing = self._list(
+                    partial(self._custom.list_cluster_custom_object, kind.group, version, kind.plural),
+                    kind.kind,
+                    f"{kind.group}/{version}",
+                )
+            except ApiException as exc:
+                if exc.status != HTTP_NOT_FOUND:
+                    raise
+                missing = exc
+                continue
+            self._dra_versions[kind.kind] = version
+            return listing
+        self._dra_versions.pop(kind.kind, None)
+        raise missing or ApiException(status=HTTP_NOT_FOUND, reason=f"{kind.kind} is not served")
+
+    def watch_dra(self, kind: DraKind, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        """Watch objects of ``kind`` from ``resource_version`` in the version last listed; see ``WatchStream``."""
+        version = self._dra_versions.get(kind.kind, kind.versions[0])
+        return self._watch(
+            partial(self._custom.list_cluster_custom_object, kind.group, version, kind.plural),
             resource_version,
             timeout_seconds,
         )

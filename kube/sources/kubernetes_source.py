@@ -15,7 +15,9 @@ list does not gate ``Synced`` (a cluster that refuses them, or an RBAC without t
 budgets only weigh the choice of victims). PodGroups of both kinds gangs read (#29) are watched likewise
 when the API offers them (`GroupApi`), without gating ``Synced``; where a kind's CRD is not installed its
 list gets 404: that is logged once at INFO and the list retried with the backoff, so a CRD installed
-later is picked up.
+later is picked up. ResourceSlices, ResourceClaims and DeviceClasses (#30, the DRA inventory) are watched the
+same way when the API offers them (`DraApi`), in the newest version the cluster serves, without gating
+``Synced``; a cluster without resource.k8s.io answers 404, retried quietly.
 Pods are watched in every namespace because CPU and memory of every pod on a GPU node count; a pod that
 turns Succeeded or Failed is reported as deleted since it no longer holds resources.
 """
@@ -38,6 +40,8 @@ from gpupack.kube.pods import pod_is_terminal, pod_key
 from gpupack.kube.sources.events import (
     BudgetDeleted,
     BudgetUpserted,
+    DraDeleted,
+    DraUpserted,
     Event,
     EventHandler,
     GroupDeleted,
@@ -48,15 +52,19 @@ from gpupack.kube.sources.events import (
     PodDeleted,
     PodUpserted,
     Synced,
+    dra_key,
     object_name,
     object_uid,
     resource_version,
 )
 from gpupack.kube.sources.kube_api import (
+    DRA_KINDS,
     HTTP_GONE,
     HTTP_NOT_FOUND,
     POD_GROUP_KINDS,
     BudgetApi,
+    DraApi,
+    DraKind,
     GroupApi,
     KubeApi,
     ObjectList,
@@ -144,6 +152,21 @@ def group_spec(api: GroupApi, kind: PodGroupKind) -> KindSpec:
     )
 
 
+def dra_spec(api: DraApi, kind: DraKind) -> KindSpec:
+    """A resource.k8s.io kind (#30): every object is live; key is ``namespace/name`` for claims, else the name."""
+    return KindSpec(
+        kind=kind.kind,
+        list=partial(api.list_dra, kind),
+        watch=partial(api.watch_dra, kind),
+        key=dra_key,
+        live=lambda obj: True,
+        upserted=DraUpserted,
+        deleted=lambda key, uid: DraDeleted(kind.kind, key, uid),
+        gates_sync=False,  # a cluster without DRA (or an RBAC without it) still schedules device-plugin GPUs
+        optional=True,
+    )
+
+
 def pod_spec(api: KubeApi) -> KindSpec:
     """The Pod kind: live while not terminal; key is ``namespace/name``."""
     return KindSpec(
@@ -215,6 +238,8 @@ class KubernetesSource:
             self._reflectors.append(_Reflector(self, budget_spec(api)))
         if isinstance(api, GroupApi):  # PodGroups, for gang placement (#29)
             self._reflectors.extend(_Reflector(self, group_spec(api, kind)) for kind in POD_GROUP_KINDS)
+        if isinstance(api, DraApi):  # ResourceSlices, ResourceClaims, DeviceClasses (#30)
+            self._reflectors.extend(_Reflector(self, dra_spec(api, kind)) for kind in DRA_KINDS)
         self._listed: set[str] = set()
         self._threads: list[threading.Thread] = []
 
@@ -247,8 +272,8 @@ class KubernetesSource:
         return self._synced.wait(timeout)
 
     def resource_version(self, kind: str) -> str:
-        """The last resourceVersion seen for ``kind`` ("Node", "Pod", "PodDisruptionBudget" or
-        "PodGroup.<API group>")."""
+        """The last resourceVersion seen for ``kind`` ("Node", "Pod", "PodDisruptionBudget",
+        "PodGroup.<API group>", "ResourceSlice", "ResourceClaim" or "DeviceClass")."""
         return next(r.resource_version for r in self._reflectors if r.kind == kind)
 
     def create_binding(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
@@ -352,11 +377,11 @@ class _Reflector:
         return self._spec.optional and isinstance(failure, ApiException) and failure.status == HTTP_NOT_FOUND
 
     def _report(self, failure: Exception, must_list: bool, delay: float) -> None:
-        """Log a failed attempt: a warning, except a missing CRD, told once at INFO until it is served."""
+        """Log a failed attempt: a warning, except a missing CRD or API group, told once at INFO until it is served."""
         if self._absent(failure):
             if not self._told_absent:
                 self._told_absent = True
-                logger.info("%s is not served (CRD not installed?); retrying with backoff", self.kind)
+                logger.info("%s is not served (CRD or API group not installed?); retrying with backoff", self.kind)
             return
         logger.warning(
             "%s %s: %s; %s in %.2fs",

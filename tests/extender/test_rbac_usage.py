@@ -6,8 +6,8 @@ The calls are read from the code, not listed by hand: every `self._core.<method>
 HTTP method and path (`<Api>._<method>_serialize`), which gives the RBAC (apiGroup, resource, verb); a
 list method handed to `self._watch` (directly or in a `partial`) is the `watch` verb. A custom objects
 call's path has the group and plural as parameters: kube_api.py makes those calls for each kind of
-`POD_GROUP_KINDS`, whose group and plural fill them in. Any other Kubernetes API object constructed anywhere
-under extender/ would bypass that scan, so the test refuses it too.
+`POD_GROUP_KINDS` and of `DRA_KINDS`, whose group and plural fill them in. Any other Kubernetes API object
+constructed anywhere under extender/ would bypass that scan, so the test refuses it too.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from gpupack.kube.sources.kube_api import POD_GROUP_KINDS
+from gpupack.kube.sources.kube_api import DRA_KINDS, POD_GROUP_KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICE_COMPONENTS = ("gpupack", "scoring", "kube", "extender")  # the agent has RBAC of its own
@@ -36,7 +36,7 @@ CLIENTS = {  # attribute of OfficialKubeApi -> its class
     "_policy": client.PolicyV1Api,
     "_custom": client.CustomObjectsApi,
 }
-CUSTOM_RESOURCES = [(kind.group, kind.plural) for kind in POD_GROUP_KINDS]  # what `self._custom` is called for
+CUSTOM_RESOURCES = [(kind.group, kind.plural) for kind in (*POD_GROUP_KINDS, *DRA_KINDS)]  # what `self._custom` reads
 
 
 def rbac_of_call(api_method: str, watched: bool, api: type) -> set[tuple[str, str, str]]:
@@ -116,6 +116,12 @@ def test_the_code_makes_the_calls_gpupack_needs() -> None:
         ("scheduling.x-k8s.io", "podgroups", "watch"),
         ("scheduling.volcano.sh", "podgroups", "list"),
         ("scheduling.volcano.sh", "podgroups", "watch"),
+        ("resource.k8s.io", "resourceslices", "list"),  # the DRA inventory (#30)
+        ("resource.k8s.io", "resourceslices", "watch"),
+        ("resource.k8s.io", "resourceclaims", "list"),
+        ("resource.k8s.io", "resourceclaims", "watch"),
+        ("resource.k8s.io", "deviceclasses", "list"),
+        ("resource.k8s.io", "deviceclasses", "watch"),
     }
 
 
@@ -155,5 +161,8 @@ def test_rbac_of_fills_in_the_custom_resources_of_a_custom_objects_call() -> Non
     assert rbac_of_call("list_cluster_custom_object", watched=True, api=custom) == {
         ("scheduling.x-k8s.io", "podgroups", "watch"),
         ("scheduling.volcano.sh", "podgroups", "watch"),
+        ("resource.k8s.io", "resourceslices", "watch"),  # the DRA inventory (#30)
+        ("resource.k8s.io", "resourceclaims", "watch"),
+        ("resource.k8s.io", "deviceclasses", "watch"),
     }
     assert rbac_of("list_cluster_custom_object", watched=False, api=custom) == ("{group}", "{plural}", "list")

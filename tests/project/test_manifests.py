@@ -43,6 +43,11 @@ EXTENDER_RULES = {  # what kube/sources/kube_api.py calls (tests/extender/test_r
     *{("events.k8s.io", "events", verb) for verb in ("create", "patch")},
     *{("policy", "poddisruptionbudgets", verb) for verb in ("list", "watch")},  # preemption's victims (#28)
     *{(group, "podgroups", verb) for group in GANG_GROUPS for verb in ("list", "watch")},  # gangs' sizes (#29)
+    *{  # the DRA inventory (#30)
+        ("resource.k8s.io", kind, verb)
+        for kind in ("resourceslices", "resourceclaims", "deviceclasses")
+        for verb in ("list", "watch")
+    },
 }
 
 
