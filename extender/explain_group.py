@@ -73,9 +73,10 @@ def group_text(section: dict[str, Any] | None) -> list[str]:
     if section is None:
         return []
     size = section["size"] if section["size"] is not None else "?"
+    where = "the cluster" if section["widest"] == "cluster" else f"one {section['widest']}"
     lines = [
         f"group {section['group']} ({section['rule']}): {section['exist']} of {size} members exist, "
-        f"{section['bound']} bound; spread at most over {section['widest']}"
+        f"{section['bound']} bound; it may spread over {where}"
     ]
     plan = section["plan"]
     if plan is None:
