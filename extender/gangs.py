@@ -55,6 +55,7 @@ class HoldEnded(StrEnum):
     """How a group's hold ended: the `how` label of gpupack_group_holds_ended."""
 
     CLAIMED = "claimed"  # every planned placement went to a member
+    TAKEN = "taken by bound pods"  # the last unclaimed placements went to pods the source showed bound
     EXPIRED = "expired"  # gangs.holdSeconds passed with placements unclaimed
     BIND_FAILED = "member bind failed"
 
@@ -72,6 +73,7 @@ class GroupHold:
     deadline: float
     claimed: dict[str, Placement] = field(default_factory=dict)  # member identity -> placement
     parked: list[Placement] = field(default_factory=list)  # given back around an event, taken again after it
+    lost: int = 0  # unclaimed placements a bound pod took
 
 
 @dataclass
@@ -134,7 +136,7 @@ class Gangs:
         self.roster.drop_noted(now)
         for hold in list(self.holds.values()):
             if not hold.unclaimed:
-                self._end(hold, HoldEnded.CLAIMED)
+                self._end(hold, HoldEnded.TAKEN if hold.lost else HoldEnded.CLAIMED)
             elif hold.deadline <= now:
                 self._end(hold, HoldEnded.EXPIRED)
 
@@ -158,6 +160,7 @@ class Gangs:
                 logger.info(
                     "group %s: a planned placement on %s was taken by a bound pod", hold.group.key, placement.node
                 )
+                hold.lost += 1
                 continue
             hold.unclaimed.append(placement)
 

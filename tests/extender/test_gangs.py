@@ -151,6 +151,10 @@ def test_a_pod_bound_by_another_scheduler_wins_over_a_planned_placement() -> Non
     state.apply(PodUpserted(intruder))
     assert "default/intruder" in [p.key for p in state.bound_pods().values()]
     assert_consistent(state)
+    hold = next(iter(state.gangs.holds.values()), None)
+    assert hold is None or all(p.node == "a" for p in hold.unclaimed)  # what was planned on b is gone
+    if hold is None:
+        assert state.gangs.ended[HoldEnded.TAKEN] == 1
 
 
 def test_a_podgroup_object_gives_the_size() -> None:
