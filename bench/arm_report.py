@@ -1,14 +1,19 @@
-"""What the two-arm benches (bench.preemption, bench.gangs) share: seeds from the command line, runs grouped by
-workload, the tail of the report (the paired summary, then a per-seed table per workload) and its files."""
+"""What the two-arm benches (bench.preemption, bench.gangs) share: their common arguments, running the jobs,
+runs grouped by workload, the tail of the report (the paired summary, then a per-seed table per workload), and the
+files."""
 
 from __future__ import annotations
 
+import argparse
+import sys
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from gpupack.bench.jobs import Runnable
 from gpupack.bench.markdown import Table
 
 Runs = Mapping[str, Sequence[Mapping[str, Any]]]  # workload -> its runs, both arms, every seed
@@ -57,3 +62,32 @@ def write_report(out: Path, name: str, text: str, saved: Mapping[str, object]) -
     report.write_text(text, encoding="utf-8")
     (out / f"{name}.json").write_bytes(orjson.dumps(saved, option=orjson.OPT_INDENT_2))
     return report
+
+
+def arguments(name: str, doc: str, traces: str) -> argparse.ArgumentParser:
+    """The parser of `python -m gpupack.bench.<name>` with the arguments both benches take (`traces`: the
+    default openb variants)."""
+    parser = argparse.ArgumentParser(prog=f"python -m gpupack.bench.{name}", description=doc.split("\n")[0])
+    parser.add_argument("--seeds", default="42-51")
+    parser.add_argument("--traces", default=traces, help="openb variants, comma-separated ('' for none)")
+    parser.add_argument("--out", default="bench/results")
+    parser.add_argument("--workers", type=int, default=2)
+    return parser
+
+
+Render = Callable[[Runs, Mapping[str, object], str], tuple[str, dict[str, object]]]
+
+
+def run_and_write(name: str, jobs: Sequence[Runnable], workloads: Sequence[str], args: argparse.Namespace,
+                  argv: Sequence[str] | None, render: Render) -> Path:  # fmt: skip
+    """Run `jobs` on `args.workers`, render the report with the machine, the commit and the command, and
+    write it under `args.out`; returns the report's path."""
+    from gpupack.bench.bench_report import machine, run_all  # the full bench's imports, only when run
+
+    started = time.perf_counter()
+    print(f"bench.{name}: {len(jobs)} runs on {args.workers} workers", file=sys.stderr, flush=True)
+    done = run_all(jobs, args.workers, lambda i, n: print(f"  runs done: {i}/{n}", file=sys.stderr, flush=True))
+    info = machine() | {"seconds": round(time.perf_counter() - started)}  # its commit says if the tree differs
+    command = f"python -m gpupack.bench.{name} " + " ".join(argv if argv is not None else sys.argv[1:])
+    text, saved = render(by_workload(done, workloads), info, command.strip())
+    return write_report(Path(args.out), name, text, saved)

@@ -25,18 +25,21 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 import orjson
 
 from gpupack.bench import job_cache, speed
 from gpupack.bench.churn_report import churn_section
 from gpupack.bench.equal_risk import ZERO_RISK
-from gpupack.bench.jobs import ChurnJob, CostJob, CostSpotJob, Job, MigJob, NvlinkJob, OpenbJob, run_job
+from gpupack.bench.jobs import ChurnJob, CostJob, CostSpotJob, Job, MigJob, NvlinkJob, OpenbJob, Runnable, run_job
 from gpupack.bench.markdown import update_readme
 from gpupack.bench.openb_report import openb_section, readme_block
 from gpupack.bench.report_text import preemption_text, render, seeds_text, soak_text
 from gpupack.bench.sections import cost_section, mig_section, nvlink_section, speed_section
 from gpupack.sim.scenarios import churn_cluster, cost_cluster, mig_cluster, nvlink_cluster
+
+R = TypeVar("R", bound=Runnable)  # a job of any bench: run_all only calls its run()
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES_ENV = "GPUPACK_OPENB_TRACES"
@@ -185,7 +188,7 @@ def run_jobs(
     """Run every job, in a process pool of `workers` (inline when 1); results in job order. With `cache`,
     jobs finished there before are read back, and every new one is kept there as soon as it ends."""
     if cache is None:
-        return _run_all(jobs, workers, progress)
+        return run_all(jobs, workers, progress)
     kept = [job_cache.load(cache, job) for job in jobs]
     todo = [job for job, result in zip(jobs, kept, strict=True) if result is None]
 
@@ -194,17 +197,18 @@ def run_jobs(
         if progress:
             progress(len(jobs) - total + done, len(jobs))
 
-    fresh = iter(_run_all(todo, workers, None, keep))
+    fresh = iter(run_all(todo, workers, None, keep))
     return [result if result is not None else next(fresh) for result in kept]
 
 
-def _run_all(
-    jobs: Sequence[Job],
+def run_all(
+    jobs: Sequence[R],
     workers: int,
     progress: Callable[[int, int], None] | None = None,
-    each: Callable[[int, int, Job, dict[str, object]], None] | None = None,
+    each: Callable[[int, int, R, dict[str, object]], None] | None = None,
 ) -> list[dict[str, object]]:
-    """`run_jobs` without a cache; `each(done, total, job, result)` sees every result as it is collected."""
+    """`run_jobs` without a cache, for any runnable job; `each(done, total, job, result)` sees every result as
+    it is collected."""
     if each is None and progress is not None:
         each = lambda done, total, _job, _result: progress(done, total)  # noqa: E731
     if workers <= 1:
@@ -358,9 +362,7 @@ def run_report(config: BenchConfig, out: Path, log: Callable[[str], None] = lamb
     for r in results:
         by_scenario.setdefault(str(r["scenario"]), []).append(r)
     build = {
-        "openb": lambda: openb_section(
-            by_scenario.get("openb", []), config.openb_traces, config.openb_policies, out
-        ),
+        "openb": lambda: openb_section(by_scenario.get("openb", []), config.openb_traces, config.openb_policies, out),
         "churn": lambda: churn_section(by_scenario.get("churn", []), CHURN_POLICIES, out),
         "mig": lambda: mig_section(by_scenario.get("mig", []), [label for label, _, _ in MIG_RUNS], out),
         "nvlink": lambda: nvlink_section(by_scenario.get("nvlink", []), NVLINK_POLICIES, out),

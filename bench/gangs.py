@@ -13,18 +13,14 @@ is a tie. The protocol has no weights and nothing here was tuned: the seeds are 
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import subprocess
 import sys
-import time
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gpupack.bench.arm_report import by_workload, report_tail, saved_runs, seeds_arg, write_report
+from gpupack.bench.arm_report import arguments, report_tail, run_and_write, saved_runs, seeds_arg
 from gpupack.bench.jobs import NODE_LIST, _nodes, _pods, pod_file
 from gpupack.bench.markdown import Table, bullet_list
 from gpupack.bench.paired import Paired, paired
@@ -82,38 +78,9 @@ def config_for(horizon: float) -> GangConfig:
     return GangConfig(horizon=horizon, warmup=min(GangConfig.warmup, horizon / 2))
 
 
-def run_one(job: GangJob) -> dict[str, object]:
-    """The process pool's target."""
-    return job.run()
-
-
 def build_jobs(traces_dir: str, workloads: Sequence[str], seeds: Sequence[int], **options: Any) -> list[GangJob]:
     """Every (workload, seed, arm)."""
     return [GangJob(traces_dir, w, arm.value, seed, **options) for w in workloads for seed in seeds for arm in ARMS]
-
-
-def run_all(jobs: Sequence[GangJob], workers: int, log: Callable[[str], None]) -> list[dict[str, object]]:
-    """Every job, inline (one worker) or in a process pool; results in job order, progress every 10."""
-    out: list[dict[str, object]] = []
-    with ProcessPoolExecutor(max_workers=workers) if workers > 1 else _Inline() as pool:
-        for done, result in enumerate(pool.map(run_one, jobs), start=1):
-            out.append(result)
-            if done % 10 == 0 or done == len(jobs):
-                log(f"  runs done: {done}/{len(jobs)}")
-    return out
-
-
-class _Inline:
-    """A pool stand-in that maps in this process."""
-
-    def __enter__(self) -> _Inline:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        return None
-
-    def map(self, fn: Callable[[GangJob], dict[str, object]], jobs: Sequence[GangJob]) -> Any:
-        return map(fn, jobs)
 
 
 # ----------------------------------------------------------------------------- the report
@@ -233,17 +200,6 @@ def protocol_text(config: GangConfig) -> str:
     )
 
 
-def _commit(info: Mapping[str, object]) -> str:
-    """The run's commit, saying so when the working tree (untracked files too) differs from it."""
-    commit = str(info["commit"])
-    try:
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=Path(__file__).resolve().parents[1],
-                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        dirty = ""
-    return commit if not dirty or "uncommitted" in commit else f"{commit} with uncommitted changes"
-
-
 PAIRED_TITLE = (
     "## Paired over the seeds (gangs − pod-by-pod; jobs started and GPUs running jobs: higher is better, the others: "
     "lower)"
@@ -276,14 +232,10 @@ def render(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from gpupack.bench.bench_report import default_traces_dir, machine
+    from gpupack.bench.bench_report import default_traces_dir
 
-    parser = argparse.ArgumentParser(prog="python -m gpupack.bench.gangs", description=__doc__.split("\n")[0])
-    parser.add_argument("--seeds", default="42-51")
-    parser.add_argument("--traces", default="default,multigpu50,gpushare40", help="openb variants ('' for none)")
+    parser = arguments("gangs", __doc__ or "", "default,multigpu50,gpushare40")
     parser.add_argument("--nvl72", default="multigpu50", help="the openb variant run on the NVL72 cluster ('' none)")
-    parser.add_argument("--out", default="bench/results")
-    parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--node-limit", type=int, help="only the first N openb nodes (tests)")
     parser.add_argument("--racks", type=int, default=8, help="NVL72 racks")
     parser.add_argument("--horizon", type=float, default=GangConfig.horizon, help="hours (tests: shorter)")
@@ -293,16 +245,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not (traces / NODE_LIST).is_file():
         print(f"bench.gangs: openb trace not found in {traces}", file=sys.stderr)
         return 2
-    started = time.perf_counter()
     options = {"node_limit": args.node_limit, "racks": args.racks, "horizon": args.horizon}
     jobs = build_jobs(str(traces), workloads, seeds_arg(args.seeds), **options)
-    print(f"bench.gangs: {len(jobs)} runs on {args.workers} workers", file=sys.stderr, flush=True)
-    done = run_all(jobs, args.workers, lambda text: print(text, file=sys.stderr, flush=True))
-    info = machine() | {"seconds": round(time.perf_counter() - started)}
-    info["commit"] = _commit(info)
-    command = "python -m gpupack.bench.gangs " + " ".join(argv if argv is not None else sys.argv[1:])
-    text, saved = render(by_workload(done, workloads), info, command.strip())
-    print(f"bench.gangs: {write_report(Path(args.out), 'gangs', text, saved)}")
+    print(f"bench.gangs: {run_and_write('gangs', jobs, workloads, args, argv, render)}")
     return 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Protocol
 
 from gpupack.scoring.facts import MigMode, NodeFacts
 from gpupack.sim import packing_metrics as metrics
@@ -221,6 +222,14 @@ class ChurnJob:
 Job = OpenbJob | MigJob | NvlinkJob | CostJob | CostSpotJob | ChurnJob
 
 
-def run_job(job: Job) -> dict[str, object]:
+class Runnable(Protocol):
+    """A job a process pool can ship and run: these above, and the preemption and gangs benches' own."""
+
+    def run(self) -> dict[str, object]:
+        """Run it; the result as JSON-ready values."""
+        ...
+
+
+def run_job(job: Runnable) -> dict[str, object]:
     """Run one job (the process pool's target)."""
     return job.run()

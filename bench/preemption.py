@@ -14,17 +14,14 @@ high-priority pods); a difference is better or worse only when the exact sign te
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
-import time
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gpupack.bench.arm_report import by_workload, report_tail, saved_runs, seeds_arg, write_report
+from gpupack.bench.arm_report import arguments, report_tail, run_and_write, saved_runs, seeds_arg
 from gpupack.bench.jobs import NODE_LIST, _nodes, _pods, pod_file
 from gpupack.bench.markdown import Table, bullet_list
 from gpupack.bench.paired import Paired, paired
@@ -78,11 +75,6 @@ class PriorityJob:
         return {**fields, "gpus_total": gpu_count(trace.nodes), "run": result.to_json()}
 
 
-def run_job(job: PriorityJob) -> dict[str, object]:
-    """The process pool's target."""
-    return job.run()
-
-
 def build_jobs(traces_dir: str, workloads: Sequence[str], seeds: Sequence[int], **options: Any) -> list[PriorityJob]:
     """Every (workload, seed, chooser), gpupack's (the slower) first."""
     return [
@@ -91,19 +83,6 @@ def build_jobs(traces_dir: str, workloads: Sequence[str], seeds: Sequence[int], 
         for workload in workloads
         for seed in seeds
     ]
-
-
-def run_jobs(jobs: Sequence[PriorityJob], workers: int, log: Callable[[str], None]) -> list[dict[str, object]]:
-    """Every job, in a pool of `workers` processes (inline when 1); results in job order."""
-    if workers <= 1:
-        return [run_job(job) for job in jobs]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        results = []
-        for i, result in enumerate(pool.map(run_job, jobs), start=1):
-            results.append(result)
-            if i % 10 == 0 or i == len(jobs):
-                log(f"  runs done: {i}/{len(jobs)}")
-        return results
 
 
 # ----------------------------------------------------------------------------- the report
@@ -232,14 +211,10 @@ def render(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from gpupack.bench.bench_report import default_traces_dir, machine
+    from gpupack.bench.bench_report import default_traces_dir
 
-    parser = argparse.ArgumentParser(prog="python -m gpupack.bench.preemption", description=__doc__.split("\n")[0])
-    parser.add_argument("--seeds", default="42-51")
-    parser.add_argument("--traces", default="default", help="openb variants, comma-separated ('' for none)")
+    parser = arguments("preemption", __doc__ or "", "default")
     parser.add_argument("--no-mig", action="store_true", help="leave out the MIG-heavy workload")
-    parser.add_argument("--out", default="bench/results")
-    parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--scale", type=float, default=1.0, help="the MIG workload's churn cluster size")
     args = parser.parse_args(argv)
     workloads = [t for t in args.traces.split(",") if t] + ([] if args.no_mig else [MIG])
@@ -247,14 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if any(w != MIG for w in workloads) and not (traces / NODE_LIST).is_file():
         print(f"bench.preemption: openb trace not found in {traces}", file=sys.stderr)
         return 2
-    started = time.perf_counter()
     jobs = build_jobs(str(traces), workloads, seeds_arg(args.seeds), scale=args.scale)
-    print(f"bench.preemption: {len(jobs)} runs on {args.workers} workers", file=sys.stderr, flush=True)
-    done = run_jobs(jobs, args.workers, lambda text: print(text, file=sys.stderr, flush=True))
-    info = machine() | {"seconds": round(time.perf_counter() - started)}
-    command = "python -m gpupack.bench.preemption " + " ".join(argv if argv is not None else sys.argv[1:])
-    text, saved = render(by_workload(done, workloads), info, command.strip())
-    print(f"bench.preemption: {write_report(Path(args.out), 'preemption', text, saved)}")
+    print(f"bench.preemption: {run_and_write('preemption', jobs, workloads, args, argv, render)}")
     return 0
 
 

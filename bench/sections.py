@@ -382,9 +382,7 @@ def speed_section(kernel: Sequence[Mapping[str, object]], http: Sequence[Mapping
             r["nodes"], r["policy"], r["numba_ms"], r.get("numba_shape_changed_ms"), r.get("numba_cold_ms"),
             r["reference_ms"], r["ratio"], r["reference_calls"], r["same_choice"],
         )  # fmt: skip
-    h_table = Table(
-        ["nodes", "mode", "server", "body KiB", "requests", "p50 ms", "p99 ms", "p50 / bare", "p99 / bare"]
-    )
+    h_table = Table(["nodes", "mode", "server", "body KiB", "requests", "p50 ms", "p99 ms", "p50 / bare", "p99 / bare"])
     by = group_rows(http)
     for (nodes, mode), rows in by.items():
         for server, r in rows.items():
