@@ -59,6 +59,7 @@ class DraInventory:
         self._bad_slices: dict[str, tuple[str, str]] = {}  # slice -> (node, reason)
         self._claims: dict[str, ClaimInfo] = {}
         self._classes: dict[str, str] = {}  # DeviceClass -> its extendedResourceName ("" for none)
+        self.class_specs: dict[str, Mapping[str, Any]] = {}  # DeviceClass -> its raw spec (selectors, config)
         self._gpus: dict[str, DraGpus] = {}  # DRA nodes, as last read
         self._where: dict[DeviceKey, tuple[str, GpuSlot]] = {}  # every DRA node's devices
         self._holder: dict[DeviceKey, str] = {}  # device -> claim key allocating it (TAINT: a taint)
@@ -71,6 +72,10 @@ class DraInventory:
     def is_dra_node(self, node: str) -> bool:
         """The node's GPUs come from its slices."""
         return node in self._gpus
+
+    def dra_nodes(self) -> list[str]:
+        """The nodes whose GPUs come from their slices."""
+        return list(self._gpus)
 
     def gpus(self, node: str) -> DraGpus | None:
         """The DRA node's GPUs as last read (None: not a DRA node)."""
@@ -196,12 +201,15 @@ class DraInventory:
         for device in sorted(after - before):
             if self._holder.get(device, TAINT) == TAINT:
                 self._holder[device] = key
+        for device in sorted(after):  # new ones, and any an earlier event could not commit (a hold was there)
+            if self._holder.get(device) == key:
                 self._commit(device)
         return self._release_gone(), freed
 
     def _class_event(self, event: DraUpserted | DraDeleted) -> None:
         if isinstance(event, DraDeleted):
             self._classes.pop(event.key, None)
+            self.class_specs.pop(event.key, None)
             return
         try:
             name, resource = read_device_class(event.obj)
@@ -209,6 +217,8 @@ class DraInventory:
             self._tell(event.key, f"{exc}; ignored")
             return
         self._classes[name] = resource
+        spec = event.obj.get("spec")
+        self.class_specs[name] = spec if isinstance(spec, Mapping) else {}
 
     # ------------------------------------------------------------------ holding devices
     def _unhold(self, device: DeviceKey, claim: str) -> str:

@@ -57,6 +57,8 @@ class EventReason(StrEnum):
 
     ASSIGNED = "Assigned"
     FAILED = "FailedAssignment"
+    CLAIMS_ALLOCATED = "AllocatedClaims"  # DRA (#30): gpupack allocated a gated pod's claims
+    CLAIMS_LEFT = "ClaimsLeftToScheduler"  # DRA: ungated without an allocation, with why
 
 
 class EventFailure(StrEnum):
@@ -187,6 +189,11 @@ class PodEvents:
             self._failing.pop(pod.ident, None)
         self._put(_Write(pod.namespace, self._event(pod, EventReason.ASSIGNED, assignment_note(placement))))
 
+    def note(self, pod: PodRef, note: str, *, warning: bool = False) -> None:
+        """A DRA allocation for the pod (`AllocatedClaims`), or why it was left to kube-scheduler (a Warning)."""
+        reason = EventReason.CLAIMS_LEFT if warning else EventReason.CLAIMS_ALLOCATED
+        self._put(_Write(pod.namespace, self._event(pod, reason, _clip(note))))
+
     def failed(self, pod: PodRef, why: Callable[[], str]) -> None:
         """A filter or bind of the pod failed; `why()` (called only when a Warning is due) gives the note."""
         with self._lock:
@@ -268,7 +275,7 @@ class PodEvents:
         regarding = {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name}
         if pod.uid:
             regarding["uid"] = pod.uid
-        failed = reason == EventReason.FAILED
+        failed = reason in (EventReason.FAILED, EventReason.CLAIMS_LEFT)
         return {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",

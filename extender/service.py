@@ -36,6 +36,8 @@ from gpupack.kube.sources import (
     SourceError,
     load_kube_config,
 )
+from gpupack.kube.sources.dra_writes import OfficialDraWriter
+from gpupack.kube.sources.kube_api import DRA_KINDS
 
 logger = logging.getLogger(__name__)
 
@@ -132,11 +134,14 @@ def serve(args: argparse.Namespace) -> int:
     state.writer = source
     server = uvicorn.Server(uvicorn_config(create_app(state, settings), settings, args))
     source.start()
+    if state.dra_allocator.writer is not None:
+        state.dra_allocator.start()
     threading.Thread(target=warm_up_then_tune_gc, args=(state,), name="gpupack-warm-up", daemon=True).start()
     logger.info("serving on %s:%d", settings.host, settings.port)
     try:
         server.run()
     finally:
+        state.dra_allocator.stop()
         source.stop()
     return 0
 
@@ -181,7 +186,12 @@ def build_source(
         return ClusterFileSource(args.cluster_file, state.apply)
     api_client = load_kube_config(getattr(args, "kubeconfig", None))
     api = OfficialKubeApi(api_client, request_timeout=settings.request_timeout_seconds)
-    return KubernetesSource(api, state.apply)
+    source = KubernetesSource(api, state.apply)
+    state.dra_allocator.writer = OfficialDraWriter(api_client, settings.request_timeout_seconds)
+    # devices are chosen only from a complete picture: nodes, pods and every DRA object listed once
+    dra_kinds = [kind.kind for kind in DRA_KINDS]
+    state.dra_allocator.ready = lambda: state.synced and source.listed(dra_kinds)
+    return source
 
 
 def uvicorn_config(app: object, settings: Settings, args: argparse.Namespace | None = None) -> uvicorn.Config:

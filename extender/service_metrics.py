@@ -145,6 +145,19 @@ class _StateCollector(Collector):
             "Groups holding planned placements no member has claimed yet.",
             value=snap.group_holds,
         )
+        yield labelled_counter(
+            "gpupack_dra_allocations",
+            "Attempts to allocate gated pods' ResourceClaims (#30) by step: allocated, already-allocated, "
+            "left-to-kube-scheduler (ungated unallocated, the reason in an Event), waiting-for-claims, lost-race "
+            "(planned again), write-failed (retried).",
+            "step",
+            snap.dra_steps,
+        )
+        yield GaugeMetricFamily(
+            "gpupack_dra_gated_pods",
+            "Pods gated for gpupack's DRA allocation, not finished yet.",
+            value=snap.dra_waiting,
+        )
         events = CounterMetricFamily("gpupack_events", "Events written on pods, by reason.", labels=("reason",))
         for reason, count in sorted(snap.events.items()):
             events.add_metric((reason,), count)

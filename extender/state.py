@@ -42,6 +42,7 @@ from gpupack.extender.decisions import (
     Verdicts,
     verdicts,
 )
+from gpupack.extender.dra_allocator import DraAllocator
 from gpupack.extender.gangs import Gangs
 from gpupack.extender.nominations import Nominations
 from gpupack.extender.pod_events import PodEvents
@@ -89,6 +90,8 @@ class Snapshot:
     group_plans: dict[str, int] = field(default_factory=dict)  # group members' filters, by outcome (#29)
     group_holds: int = 0  # groups holding planned placements no member claimed yet
     group_holds_ended: dict[str, int] = field(default_factory=dict)  # groups' holds ended, by how
+    dra_steps: dict[str, int] = field(default_factory=dict)  # DRA allocator's attempts, by step (#30)
+    dra_waiting: int = 0  # gated pods the DRA allocator has not finished with
     events: dict[str, int] = field(default_factory=dict)  # events on pods written, by reason
     event_failures: dict[str, int] = field(default_factory=dict)  # ... not written, by why
     extra: dict[str, Any] = field(default_factory=dict)
@@ -129,6 +132,7 @@ class ClusterState:
         self.preemptions.held_for = self.nominations.held_for
         self.preemptions.is_group_member = lambda pod: self.gangs.read(pod, "") is not None
         self.ledger.on_pod_gone += [self.service_decisions.seen.forget, self.events.forget]
+        self.dra_allocator = DraAllocator(self.lock, self.ledger, self.decider, self.events, self.apply)  # (#30)
         self._warm = False
 
     # ================================================================== readiness
@@ -170,6 +174,7 @@ class ClusterState:
             self._around_event(self.budgets.apply, event)
             self._around_event(self.gangs.after, event)
             self._around_event(self.nominations.after, event)
+            self._around_event(self.dra_allocator.observe, event)
 
     @staticmethod
     def _around_event(step: Callable[[Event], None], event: Event) -> None:
@@ -264,6 +269,8 @@ class ClusterState:
                 group_plans={str(k): n for k, n in self.gangs.outcomes.items()},
                 group_holds=len(self.gangs.holds),
                 group_holds_ended={str(k): n for k, n in self.gangs.ended.items()},
+                dra_steps={str(k): n for k, n in self.dra_allocator.steps.items()},
+                dra_waiting=self.dra_allocator.waiting(),
                 events=events_written,
                 event_failures=event_failures,
             )

@@ -28,7 +28,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -247,6 +247,10 @@ class KubernetesSource:
     def synced(self) -> bool:
         """True once the initial lists of all kinds have been applied."""
         return self._synced.is_set()
+
+    def listed(self, kinds: Iterable[str]) -> bool:
+        """Every one of `kinds` has been listed once (kinds that do not gate Synced, such as DRA's, included)."""
+        return set(kinds) <= self._listed
 
     def start(self) -> None:
         """Start one list/watch thread per kind."""

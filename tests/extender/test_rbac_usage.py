@@ -2,7 +2,8 @@
 
 The calls are read from the code, not listed by hand: every `self._core.<method>` (CoreV1Api),
 `self._events.<method>` (EventsV1Api), `self._policy.<method>` (PolicyV1Api) and `self._custom.<method>`
-(CustomObjectsApi) of kube/sources/kube_api.py is resolved through the installed Kubernetes client to its
+(CustomObjectsApi) of kube/sources/kube_api.py and kube/sources/dra_writes.py (DRA's device chooser, #30:
+its custom objects calls are on ResourceClaims only) is resolved through the installed Kubernetes client to its
 HTTP method and path (`<Api>._<method>_serialize`), which gives the RBAC (apiGroup, resource, verb); a
 list method handed to `self._watch` (directly or in a `partial`) is the `watch` verb. A custom objects
 call's path has the group and plural as parameters: kube_api.py makes those calls for each kind of
@@ -26,6 +27,7 @@ from gpupack.kube.sources.kube_api import DRA_KINDS, POD_GROUP_KINDS
 ROOT = Path(__file__).resolve().parents[2]
 SERVICE_COMPONENTS = ("gpupack", "scoring", "kube", "extender")  # the agent has RBAC of its own
 KUBE_API = ROOT / "kube" / "sources" / "kube_api.py"
+DRA_WRITES = ROOT / "kube" / "sources" / "dra_writes.py"
 RBAC = ROOT / "manifests" / "rbac.yaml"
 
 _SERIALIZE = re.compile(r"method='(?P<method>[A-Z]+)',\s*resource_path='(?P<path>[^']+)'")
@@ -37,16 +39,26 @@ CLIENTS = {  # attribute of OfficialKubeApi -> its class
     "_custom": client.CustomObjectsApi,
 }
 CUSTOM_RESOURCES = [(kind.group, kind.plural) for kind in (*POD_GROUP_KINDS, *DRA_KINDS)]  # what `self._custom` reads
+# each file that calls the API, and the custom resources its `self._custom` calls are made on
+CALLERS = {KUBE_API: CUSTOM_RESOURCES, DRA_WRITES: [("resource.k8s.io", "resourceclaims")]}
+# From Kubernetes 1.36 the API server also checks `update` on resourceclaims/binding for a status write
+# that sets status.allocation (DRAResourceClaimGranularStatusAuthorization): no client call names it.
+SYNTHETIC = {
+    ("resource.k8s.io", "resourceclaims/status", "update"): ("resource.k8s.io", "resourceclaims/binding", "update")
+}
 
 
-def rbac_of_call(api_method: str, watched: bool, api: type) -> set[tuple[str, str, str]]:
+def rbac_of_call(
+    api_method: str, watched: bool, api: type, custom: list[tuple[str, str]] = CUSTOM_RESOURCES
+) -> set[tuple[str, str, str]]:
     """The (apiGroup, resource[/subresource], verb) of one call of a method of `api`: one, or for a custom
-    objects method (group and plural are its parameters) one per custom resource kube_api.py reads."""
+    objects method (group and plural are its parameters) one per custom resource of `custom`."""
     group, resource, verb = rbac_of(api_method, watched, api)
     if api is not client.CustomObjectsApi:
         return {(group, resource, verb)}
-    assert (group, resource) == ("{group}", "{plural}"), f"{api_method}: not a call on a custom resource kind"
-    return {(custom_group, plural, verb) for custom_group, plural in CUSTOM_RESOURCES}
+    assert group == "{group}" and resource.startswith("{plural}"), f"{api_method}: not a call on a custom resource"
+    sub = resource.removeprefix("{plural}")
+    return {(custom_group, plural + sub, verb) for custom_group, plural in custom}
 
 
 def rbac_of(api_method: str, watched: bool, api: type = client.CoreV1Api) -> tuple[str, str, str]:
@@ -66,8 +78,16 @@ def rbac_of(api_method: str, watched: bool, api: type = client.CoreV1Api) -> tup
 
 
 def calls_in_code() -> set[tuple[str, str, str]]:
-    """Every (apiGroup, resource, verb) the extender's Kubernetes client makes."""
-    tree = ast.parse(KUBE_API.read_text())
+    """Every (apiGroup, resource, verb) the extender's Kubernetes client makes, and the checks they set off."""
+    used: set[tuple[str, str, str]] = set()
+    for path, custom in CALLERS.items():
+        used |= calls_in(path, custom)
+    return used | {SYNTHETIC[call] for call in used if call in SYNTHETIC}
+
+
+def calls_in(path: Path, custom: list[tuple[str, str]]) -> set[tuple[str, str, str]]:
+    """The calls of one file."""
+    tree = ast.parse(path.read_text())
     used: set[tuple[str, str, str]] = set()
     watched: set[int] = set()
     for node in ast.walk(tree):
@@ -76,7 +96,7 @@ def calls_in_code() -> set[tuple[str, str, str]]:
     for node in ast.walk(tree):
         for attribute, api in CLIENTS.items():
             if isinstance(node, ast.Attribute) and _is_self_attr(node.value, attribute):
-                used |= rbac_of_call(node.attr, id(node) in watched, api)
+                used |= rbac_of_call(node.attr, id(node) in watched, api, custom)
     return used
 
 
@@ -122,6 +142,11 @@ def test_the_code_makes_the_calls_gpupack_needs() -> None:
         ("resource.k8s.io", "resourceclaims", "watch"),
         ("resource.k8s.io", "deviceclasses", "list"),
         ("resource.k8s.io", "deviceclasses", "watch"),
+        ("resource.k8s.io", "resourceclaims", "get"),  # DRA's device chooser (#30 item 2)
+        ("resource.k8s.io", "resourceclaims", "update"),  # the delete-protection finalizer
+        ("resource.k8s.io", "resourceclaims/status", "update"),  # status.allocation
+        ("resource.k8s.io", "resourceclaims/binding", "update"),  # ... and its 1.36+ authorization check
+        ("", "pods", "patch"),  # the gate removed
     }
 
 
@@ -133,8 +158,8 @@ def test_cluster_role_grants_nothing_the_code_does_not_use() -> None:
 
 
 def test_no_other_kubernetes_api_client_in_the_service() -> None:
-    """Of what `gpupack serve` runs, only kube_api.py talks to the API server, through CoreV1Api, EventsV1Api,
-    PolicyV1Api and CustomObjectsApi."""
+    """Of what `gpupack serve` runs, only kube_api.py (through CoreV1Api, EventsV1Api, PolicyV1Api and
+    CustomObjectsApi) and dra_writes.py (CoreV1Api, CustomObjectsApi) talk to the API server."""
     constructed: dict[str, set[str]] = {}
     for path in (path for folder in SERVICE_COMPONENTS for path in (ROOT / folder).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -142,7 +167,10 @@ def test_no_other_kubernetes_api_client_in_the_service() -> None:
                 name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
                 if re.fullmatch(r"[A-Z]\w*V\d\w*Api|CustomObjectsApi|DynamicClient", name):
                     constructed.setdefault(str(path.relative_to(ROOT)), set()).add(name)
-    assert constructed == {"kube/sources/kube_api.py": set(api.__name__ for api in CLIENTS.values())}
+    assert constructed == {
+        "kube/sources/kube_api.py": set(api.__name__ for api in CLIENTS.values()),
+        "kube/sources/dra_writes.py": {"CoreV1Api", "CustomObjectsApi"},
+    }
 
 
 def test_rbac_of_reads_the_client() -> None:

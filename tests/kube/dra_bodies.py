@@ -143,17 +143,43 @@ def h100_full(node: str, gpus: int = 8, **kwargs: Any) -> JsonObject:
     return resource_slice(f"{node}-gpu", node, [gpu_device(node, i) for i in range(gpus)], **kwargs)
 
 
-def h100_dynamic(node: str, gpus: int = 2) -> list[JsonObject]:
-    """DynamicMIG: one slice of counter sets, one of devices (each full GPU and every profile × placement)."""
-    devices = []
+# Every MIG profile of an H100 and its placements (start memory slices), as NVML lists them.
+H100_PLACEMENTS: tuple[tuple[str, tuple[int, ...]], ...] = (
+    ("1g.10gb", (0, 1, 2, 3, 4, 5, 6)),
+    ("1g.20gb", (0, 2, 4, 6)),
+    ("2g.20gb", (0, 2, 4)),
+    ("3g.40gb", (0, 4)),
+    ("4g.40gb", (0,)),
+    ("7g.80gb", (0,)),
+)
+# What h100_dynamic publishes unless told otherwise (the unit tests' nodes).
+DYNAMIC_PLACEMENTS = tuple((p, s) for p, s in H100_PLACEMENTS if p in ("1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"))
+
+
+GPUS_PER_SLICE = 3  # DynamicMIG devices of at most this many GPUs in one slice (19 each, the API's limit 64)
+
+
+def h100_dynamic(
+    node: str, gpus: int = 2, placements: tuple[tuple[str, tuple[int, ...]], ...] = DYNAMIC_PLACEMENTS
+) -> list[JsonObject]:
+    """DynamicMIG: one slice of counter sets, then the devices (each full GPU and every profile × placement of
+    `placements`; H100_PLACEMENTS for all of them), GPUS_PER_SLICE GPUs a slice: the API allows at most 64
+    devices that consume counters in one slice, and an H100 publishes 19."""
+    per_gpu = []
     for minor in range(gpus):
-        devices.append(gpu_device(node, minor, counters=True))
-        for profile, starts in (("1g.10gb", range(7)), ("2g.20gb", (0, 2, 4)), ("3g.40gb", (0, 4)), ("7g.80gb", (0,))):
+        devices = [gpu_device(node, minor, counters=True)]
+        for profile, starts in placements:
             devices.extend(mig_device(node, minor, profile, start, dynamic=True) for start in starts)
+        per_gpu.append(devices)
+    groups = [per_gpu[i : i + GPUS_PER_SLICE] for i in range(0, gpus, GPUS_PER_SLICE)]
+    count = 1 + len(groups)
     sets = [f"gpu-{minor}-counter-set" for minor in range(gpus)]
     return [
-        resource_slice(f"{node}-counters", node, None, count=2, counter_sets=sets),
-        resource_slice(f"{node}-devices", node, devices, count=2),
+        resource_slice(f"{node}-counters", node, None, count=count, counter_sets=sets),
+        *(
+            resource_slice(f"{node}-devices" + (f"-{i}" if i else ""), node, [d for g in group for d in g], count=count)
+            for i, group in enumerate(groups)
+        ),
     ]
 
 

@@ -48,6 +48,11 @@ EXTENDER_RULES = {  # what kube/sources/kube_api.py calls (tests/extender/test_r
         for kind in ("resourceslices", "resourceclaims", "deviceclasses")
         for verb in ("list", "watch")
     },
+    ("resource.k8s.io", "resourceclaims", "get"),  # DRA's device chooser (#30 item 2, dra.allocation.enabled)
+    ("resource.k8s.io", "resourceclaims", "update"),
+    ("resource.k8s.io", "resourceclaims/status", "update"),
+    ("resource.k8s.io", "resourceclaims/binding", "update"),
+    ("", "pods", "patch"),  # the DRA gate removed (admission.yaml's gpupack-gate-remover allows nothing else)
 }
 
 
@@ -60,11 +65,12 @@ def _docs(path: Path) -> list[dict[str, Any]]:
 
 COMPONENT_FOLDERS = ("agent",)  # kustomizations of their own, listed by folder (the node agent's DaemonSet)
 FILE_FOLDERS = ("grafana",)  # folders whose files kustomization.yaml lists one by one
+VERSION_FOLDERS = ("dra",)  # components the kubernetes-versions component of a minor includes (1.36+: the DRA gate)
 
 
 def _manifest_files() -> list[Path]:
     """The files `kubectl apply -k manifests/` applies (everything but kustomizations and examples)."""
-    folders = [MANIFESTS, *(MANIFESTS / name for name in (*COMPONENT_FOLDERS, *FILE_FOLDERS))]
+    folders = [MANIFESTS, *(MANIFESTS / name for name in (*COMPONENT_FOLDERS, *FILE_FOLDERS, *VERSION_FOLDERS))]
     return sorted(
         p
         for folder in folders
@@ -213,6 +219,8 @@ def test_namespaced_objects_live_in_gpupack_system() -> None:
         "ClusterRoleBinding",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
     }
     for obj_id, obj in _objects(_manifest_files()):
         if obj_id.startswith(AGENT_FILES):
@@ -236,7 +244,11 @@ def test_kustomization_lists_every_manifest_and_no_example() -> None:
     assert kustomization["kind"] == "Kustomization"
     resources = kustomization["resources"]
     assert len(resources) == len(set(resources))
-    listed = [str(p.relative_to(MANIFESTS)) for p in _manifest_files() if p.parent.name not in COMPONENT_FOLDERS]
+    listed = [
+        str(p.relative_to(MANIFESTS))
+        for p in _manifest_files()
+        if p.parent.name not in (*COMPONENT_FOLDERS, *VERSION_FOLDERS)
+    ]
     assert sorted(resources) == sorted([*listed, *COMPONENT_FOLDERS])
     assert not any(r.startswith("examples") for r in resources)
     assert "namespace" not in kustomization, "a kustomize namespace would move the kube-system RoleBinding"
