@@ -14,7 +14,8 @@ from gpupack.harness.kube_programs import NEWEST, NODE_PROGRAMS, kube_bin_dir
 
 # What the shipped objects need: workload controllers, the ServiceAccount and root-CA publishers that
 # pods' projected tokens need, namespace and garbage collection. No node lifecycle controller: it
-# would taint fake nodes of other tests that no kubelet heartbeats.
+# would taint fake nodes of other tests that no kubelet heartbeats. `resourceclaim-controller` makes the
+# ResourceClaims of pods' ResourceClaimTemplates and deletes them when their pods go (#30, DRA).
 CONTROLLERS = (
     "deployment",
     "replicaset",
@@ -24,6 +25,7 @@ CONTROLLERS = (
     "root-ca-cert-publisher",
     "namespace",
     "garbagecollector",
+    "resourceclaim-controller",
 )
 
 

@@ -46,8 +46,11 @@ COLLECTIONS = {  # the kinds applied, and where each is created
 }
 ASSIGNMENT_POLICY = "gpupack-assignment-writer"
 AGENT_POLICY = "gpupack-agent-own-node"
+GATE_POLICY = "gpupack-gate-remover"  # the DRA gate (#30): gpupack's pod patches remove its gate, nothing else
+DRA_GATE = "gpupack.io/dra-allocation"
 TENANT = Identity("e2e-tenant")
 AGENT = ("gpupack-agent", "gpupack-agent")
+JSON_PATCH = "application/json-patch+json"
 NOBODY = "e2e-nobody"  # a scheduler name no scheduler answers to: the test's pods stay as it leaves them
 
 
@@ -56,7 +59,7 @@ def shipped_objects() -> tuple[dict[str, Any], ...]:
     """The cluster-wide authorization objects `kubectl apply -k manifests/` installs."""
     objects = tuple(o for o in deploy.render(deploy.kubectl(), deploy.MANIFESTS) if o["kind"] in COLLECTIONS)
     policies = {o["metadata"]["name"] for o in objects if o["kind"].startswith("ValidatingAdmissionPolicy")}
-    assert policies == {ASSIGNMENT_POLICY, AGENT_POLICY}, policies
+    assert policies == {ASSIGNMENT_POLICY, AGENT_POLICY, GATE_POLICY}, policies
     return objects
 
 
@@ -241,6 +244,37 @@ def test_only_the_scheduler_may_change_or_remove_an_assignment(
     assert tenant.merge_patch(pods_path(cluster, "mine", "status"), status).status == 200  # as a kubelet's update
     annotations = tenant.get(pods_path(cluster, "mine")).body["metadata"]["annotations"]
     assert annotations[ANNOTATION_ASSIGNMENT] == placed and annotations["example.com/owner"] == "team-a"
+
+
+def test_the_scheduler_may_remove_only_its_own_scheduling_gate_from_a_pod(
+    cluster: E2ECluster, shipped: Applied, tenant: ApiAs
+) -> None:
+    """RBAC lets gpupack's ServiceAccount patch pods (#30: it lifts gpupack.io/dra-allocation once it has
+    allocated a pod's claims); gpupack-gate-remover refuses every other change it would make."""
+    body = gpu_pod("held")
+    body["spec"]["schedulingGates"] = [{"name": DRA_GATE}, {"name": "example.com/quota"}]
+    assert tenant.post(pods_path(cluster, ""), body).status == 201
+    scheduler = ApiAs(cluster.plane, SCHEDULER)
+
+    def gates(*names: str) -> list[dict[str, Any]]:
+        return [{"op": "replace", "path": "/spec/schedulingGates", "value": [{"name": n} for n in names]}]
+
+    refused = [
+        gates(DRA_GATE),  # another's gate lifted
+        gates(),  # both
+        [{"op": "add", "path": "/metadata/labels", "value": {"team": "a"}}],
+        [{"op": "add", "path": "/metadata/annotations", "value": {"example.com/x": "y"}}],
+        [*gates("example.com/quota"), {"op": "add", "path": "/metadata/labels", "value": {"team": "a"}}],
+    ]
+    for patch in refused:
+        answer = scheduler.request("PATCH", pods_path(cluster, "held"), patch, JSON_PATCH)
+        assert answer.status == 403 and GATE_POLICY in answer.message, (patch, answer.body)
+    body = gpu_pod("held-too")
+    body["spec"]["schedulingGates"] = [{"name": DRA_GATE}, {"name": "example.com/quota"}]
+    assert tenant.post(pods_path(cluster, ""), body).status == 201
+    answer = scheduler.request("PATCH", pods_path(cluster, "held-too"), gates("example.com/quota"), JSON_PATCH)
+    assert answer.status == 200, answer.body
+    assert answer.body["spec"]["schedulingGates"] == [{"name": "example.com/quota"}]
 
 
 def test_a_policy_on_pods_alone_does_not_see_the_binding(cluster: E2ECluster, tenant: ApiAs) -> None:

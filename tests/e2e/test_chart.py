@@ -61,6 +61,7 @@ RESTRICTED = {
     "pod-security.kubernetes.io/enforce-version": "latest",
 }
 ADMISSION_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+MUTATING_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")  # the DRA gate (#30), 1.36+
 SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
 # what the chart renders whatever the switches
 ALWAYS: frozenset[Key] = frozenset(
@@ -122,6 +123,7 @@ VALUE_SETS = (
         },
     ),
     ValueSet("admission-policies-off", {"admissionPolicies.enabled": False}),
+    ValueSet("dra-allocation-off", {"dra.allocation.enabled": False}),
     ValueSet(
         "monitoring-and-pdb-off",
         {
@@ -351,9 +353,11 @@ def test_manifests_are_what_the_chart_renders() -> None:
 # ------------------------------------------------------------------ 2. the values matrix, rendered
 
 
-def governed(values: Mapping[str, Any], namespace: str) -> list[tuple[bool, set[Key]]]:
-    """Each switch: whether the values turn it on, and the objects it makes."""
+def governed(values: Mapping[str, Any], namespace: str, version: str = NEWEST) -> list[tuple[bool, set[Key]]]:
+    """Each switch: whether the values turn it on (for a cluster of `version`), and the objects it makes."""
     agent, admission = values["agent"]["enabled"], values["admissionPolicies"]["enabled"]
+    dra = values["dra"]["allocation"]["enabled"]
+    gate_served = int(minor(version).split(".")[1]) >= 36  # MutatingAdmissionPolicy v1
     metrics, scheduler = values["metrics"], values["scheduler"]
     budget = scheduler["podDisruptionBudget"]["enabled"] and scheduler["replicas"] > 1
     agent_objects = {
@@ -363,6 +367,8 @@ def governed(values: Mapping[str, Any], namespace: str) -> list[tuple[bool, set[
         (agent, {("Namespace", values["agent"]["namespace"]), *agent_objects}),
         (admission, {(kind, "gpupack-assignment-writer") for kind in ADMISSION_KINDS}),
         (agent and admission, {(kind, "gpupack-agent-own-node") for kind in ADMISSION_KINDS}),
+        (dra and gate_served, {(kind, "gpupack-dra-gate") for kind in MUTATING_KINDS}),
+        (dra and admission, {(kind, "gpupack-gate-remover") for kind in ADMISSION_KINDS}),
         (metrics["service"]["enabled"], {("Service", "gpupack-metrics")}),
         (metrics["serviceMonitor"]["enabled"], {("ServiceMonitor", "gpupack")}),
         (metrics["grafanaDashboard"]["enabled"], {("ConfigMap", "gpupack-grafana-dashboard")}),
@@ -388,11 +394,11 @@ def scheduler_config(objects: Objects) -> dict[str, Any]:
     return dict(yaml.safe_load(find(objects, "ConfigMap", "gpupack-scheduler-config")["data"]["config.yaml"]))
 
 
-def check_switches(objects: Objects, values: Mapping[str, Any], namespace: str) -> None:
+def check_switches(objects: Objects, values: Mapping[str, Any], namespace: str, version: str) -> None:
     """Exactly the objects of the switches that are on, and those of no switch."""
     rendered = keys(objects)
     expected = set(ALWAYS)
-    for on, made in governed(values, namespace):
+    for on, made in governed(values, namespace, version):
         if on:
             expected |= made
         else:
@@ -426,7 +432,7 @@ def check_namespaces(objects: Objects, values: Mapping[str, Any], namespace: str
     agent_namespace = values["agent"]["namespace"]
     placed = {(o["kind"], o["metadata"]["name"]): o["metadata"].get("namespace") for o in objects}
     for (kind, name), where in placed.items():
-        if kind in ("Namespace",) or kind.startswith("Cluster") or kind.startswith("ValidatingAdmission"):
+        if kind in ("Namespace",) or kind.startswith(("Cluster", "ValidatingAdmission", "MutatingAdmission")):
             assert where is None, (kind, name)
         elif name == "gpupack-scheduler-extension-apiserver-authentication-reader":
             assert where == "kube-system"
@@ -462,7 +468,7 @@ def check_admission_policies(objects: Objects, values: Mapping[str, Any], namesp
 def test_each_value_set_renders_what_its_values_say(renders: Renders, value_set: ValueSet, version: str) -> None:
     objects = renders(value_set, version)
     values = value_set.effective()
-    check_switches(objects, values, value_set.namespace)
+    check_switches(objects, values, value_set.namespace, version)
     check_images(objects, values, version)
     check_namespaces(objects, values, value_set.namespace)
     check_admission_policies(objects, values, value_set.namespace)
