@@ -32,6 +32,7 @@ RESOURCE_API = "resource.k8s.io/v1"
 GPU_CLASS = "gpu.nvidia.com"
 MIG_CLASS = "mig.nvidia.com"
 GATE = "gpupack.io/dra-allocation"  # the scheduling gate gpupack lifts once it has allocated a pod's claims
+GATE_PROBE_NAMESPACE = "gpupack-gate-probe"  # where apply_gate_policy tries the policy out
 GATE_LABEL = "gpupack.io/dra-allocation"  # namespaces whose claim pods the admission policy gates
 GATE_MANIFEST = REPO_ROOT / "manifests" / "dra" / "gate.yaml"
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -220,9 +221,21 @@ def gated(pod: Mapping[str, Any]) -> JsonObject:
 
 
 def apply_gate_policy(plane: ControlPlane) -> None:
-    """Apply the shipped MutatingAdmissionPolicy that gates opted-in pods (`manifests/dra/gate.yaml`)."""
+    """Apply the shipped MutatingAdmissionPolicy that gates opted-in pods (`manifests/dra/gate.yaml`), and wait
+    until it is in force (the API server loads a new policy within a second or so): a dry-run pod with a
+    claim in an opted-in namespace comes back gated."""
     argv = [str(plane.kube_bin / "kubectl"), f"--kubeconfig={plane.kubeconfig}", "apply", "-f", str(GATE_MANIFEST)]
     subprocess.run(argv, check=True, capture_output=True, timeout=60)
+    core = plane.core()
+    if GATE_PROBE_NAMESPACE not in {n.metadata.name for n in core.list_namespace().items}:
+        plane.create_namespace(GATE_PROBE_NAMESPACE, {GATE_LABEL: "enabled"})
+    probe = claim_pod("gate-probe", {"gpu": "never-made"})
+
+    def gated_on_create() -> bool:
+        created = core.create_namespaced_pod(GATE_PROBE_NAMESPACE, probe, dry_run="All")
+        return GATE in [gate.name for gate in created.spec.scheduling_gates or []]
+
+    wait_until("the DRA gate policy in force", gated_on_create, timeout=30, interval=0.3)
 
 
 def lift_gate(plane: ControlPlane, namespace: str, name: str) -> None:

@@ -246,14 +246,21 @@ def test_only_the_scheduler_may_change_or_remove_an_assignment(
     assert annotations[ANNOTATION_ASSIGNMENT] == placed and annotations["example.com/owner"] == "team-a"
 
 
+def held_pod(name: str) -> dict[str, Any]:
+    """A pod under gpupack's DRA gate and another's. Its claim never exists, so the `gpupack serve` of the
+    session's plane waits for it and leaves the gate alone (a gated pod without claims it would ungate)."""
+    body = gpu_pod(name)
+    body["spec"]["schedulingGates"] = [{"name": DRA_GATE}, {"name": "example.com/quota"}]
+    body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "never-made"}]
+    return body
+
+
 def test_the_scheduler_may_remove_only_its_own_scheduling_gate_from_a_pod(
     cluster: E2ECluster, shipped: Applied, tenant: ApiAs
 ) -> None:
     """RBAC lets gpupack's ServiceAccount patch pods (#30: it lifts gpupack.io/dra-allocation once it has
     allocated a pod's claims); gpupack-gate-remover refuses every other change it would make."""
-    body = gpu_pod("held")
-    body["spec"]["schedulingGates"] = [{"name": DRA_GATE}, {"name": "example.com/quota"}]
-    assert tenant.post(pods_path(cluster, ""), body).status == 201
+    assert tenant.post(pods_path(cluster, ""), held_pod("held")).status == 201
     scheduler = ApiAs(cluster.plane, SCHEDULER)
 
     def gates(*names: str) -> list[dict[str, Any]]:
@@ -269,9 +276,7 @@ def test_the_scheduler_may_remove_only_its_own_scheduling_gate_from_a_pod(
     for patch in refused:
         answer = scheduler.request("PATCH", pods_path(cluster, "held"), patch, JSON_PATCH)
         assert answer.status == 403 and GATE_POLICY in answer.message, (patch, answer.body)
-    body = gpu_pod("held-too")
-    body["spec"]["schedulingGates"] = [{"name": DRA_GATE}, {"name": "example.com/quota"}]
-    assert tenant.post(pods_path(cluster, ""), body).status == 201
+    assert tenant.post(pods_path(cluster, ""), held_pod("held-too")).status == 201
     answer = scheduler.request("PATCH", pods_path(cluster, "held-too"), gates("example.com/quota"), JSON_PATCH)
     assert answer.status == 200, answer.body
     assert answer.body["spec"]["schedulingGates"] == [{"name": "example.com/quota"}]
