@@ -273,6 +273,9 @@ def test_the_scheduler_may_remove_only_its_own_scheduling_gate_from_a_pod(
         [{"op": "add", "path": "/metadata/annotations", "value": {"example.com/x": "y"}}],
         [*gates("example.com/quota"), {"op": "add", "path": "/metadata/labels", "value": {"team": "a"}}],
     ]
+    # the shipped fixture waits for the assignment policy; this one may load a moment later
+    probe = lambda: scheduler.request("PATCH", pods_path(cluster, "held") + "?dryRun=All", gates(), JSON_PATCH)  # noqa: E731
+    wait_refused_by(GATE_POLICY, probe)
     for patch in refused:
         answer = scheduler.request("PATCH", pods_path(cluster, "held"), patch, JSON_PATCH)
         assert answer.status == 403 and GATE_POLICY in answer.message, (patch, answer.body)
