@@ -6,9 +6,9 @@ names each device (`request`, `driver`, `pool`, `device`; a firstAvailable entry
 copies the configuration that applies (the DeviceClasses' first, `source: FromClass`, then the claim's,
 `source: FromClaim`), selects the one node by `metadata.name` and carries `allocationTimestamp`: without
 it kube-scheduler 1.37's PreBind sends `allocation: null` with the reservation, which the API server refuses
-("field cannot be modified once set"), and the pod never binds (seen on the real 1.37.2). Before it is written the claim gets the
-finalizer kube-scheduler adds, so it cannot be deleted while allocated (the resourceclaim controller
-removes it when it deallocates).
+("field cannot be modified once set"), and the pod never binds (seen on the real 1.37.2). Before it is
+written the claim gets the finalizer kube-scheduler adds, so it cannot be deleted while allocated (the
+resourceclaim controller removes it when it deallocates).
 """
 
 from __future__ import annotations
