@@ -66,17 +66,14 @@ def scheduler_tag(rendered: str) -> str:
     raise ValueError("the chart rendered no kube-scheduler container")
 
 
-def component(version: str, tag: str, dra_gate: bool = False) -> str:
-    """The kustomize component that sets kube-scheduler's tag for the minor of `version`, and on a minor the
-    chart renders the DRA gate for (1.36+) includes manifests/dra."""
+def component(version: str, tag: str) -> str:
+    """The kustomize component that sets kube-scheduler's tag for the minor of `version`."""
     minor = version.rsplit(".", 1)[0]
-    body: dict[str, object] = {
+    body = {
         "apiVersion": "kustomize.config.k8s.io/v1alpha1",
         "kind": "Component",
         "images": [{"name": "registry.k8s.io/kube-scheduler", "newTag": tag}],
     }
-    if dra_gate:
-        body["components"] = ["../../dra"]
     head = f"# kube-scheduler for a Kubernetes {minor.lstrip('v')} cluster (manifests/kubernetes-versions/README.md)\n"
     return HEADER.format(template="templates/deployment.yaml") + head + yaml.safe_dump(body, sort_keys=False)
 
@@ -86,9 +83,7 @@ def rendered_files() -> dict[Path, str]:
     files = {MANIFESTS / path: text for path, text in split_by_template(helm_template(NEWEST_COMPONENT)).items()}
     for version in COMPONENT_VERSIONS:
         folder = MANIFESTS / "kubernetes-versions" / version.rsplit(".", 1)[0]
-        rendered = helm_template(version)
-        gate = "kind: MutatingAdmissionPolicy\n" in rendered
-        files[folder / "kustomization.yaml"] = component(version, scheduler_tag(rendered), gate)
+        files[folder / "kustomization.yaml"] = component(version, scheduler_tag(helm_template(version)))
     files[README] = readme_with_table(README.read_text(), chart_table())
     return files
 

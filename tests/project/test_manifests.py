@@ -65,12 +65,12 @@ def _docs(path: Path) -> list[dict[str, Any]]:
 
 COMPONENT_FOLDERS = ("agent",)  # kustomizations of their own, listed by folder (the node agent's DaemonSet)
 FILE_FOLDERS = ("grafana",)  # folders whose files kustomization.yaml lists one by one
-VERSION_FOLDERS = ("dra",)  # components the kubernetes-versions component of a minor includes (1.36+: the DRA gate)
+OPTIONAL_FOLDERS = ("dra",)  # components a user adds (the DRA gate, Kubernetes 1.36+): not in `apply -k manifests/`
 
 
 def _manifest_files() -> list[Path]:
     """The files `kubectl apply -k manifests/` applies (everything but kustomizations and examples)."""
-    folders = [MANIFESTS, *(MANIFESTS / name for name in (*COMPONENT_FOLDERS, *FILE_FOLDERS, *VERSION_FOLDERS))]
+    folders = [MANIFESTS, *(MANIFESTS / name for name in (*COMPONENT_FOLDERS, *FILE_FOLDERS))]
     return sorted(
         p
         for folder in folders
@@ -219,8 +219,6 @@ def test_namespaced_objects_live_in_gpupack_system() -> None:
         "ClusterRoleBinding",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
-        "MutatingAdmissionPolicy",
-        "MutatingAdmissionPolicyBinding",
     }
     for obj_id, obj in _objects(_manifest_files()):
         if obj_id.startswith(AGENT_FILES):
@@ -247,7 +245,7 @@ def test_kustomization_lists_every_manifest_and_no_example() -> None:
     listed = [
         str(p.relative_to(MANIFESTS))
         for p in _manifest_files()
-        if p.parent.name not in (*COMPONENT_FOLDERS, *VERSION_FOLDERS)
+        if p.parent.name not in (*COMPONENT_FOLDERS, *OPTIONAL_FOLDERS)
     ]
     assert sorted(resources) == sorted([*listed, *COMPONENT_FOLDERS])
     assert not any(r.startswith("examples") for r in resources)
