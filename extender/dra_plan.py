@@ -91,16 +91,23 @@ def _candidates(ledger: PodLedger, pod: Mapping[str, Any], node: str | None) -> 
     excluded: dict[str, str] = {}
     for name in sorted(ledger.dra.dra_nodes()):
         row = inventory.index.get(name)
-        why = (
-            "not where the pod's other claims are" if node is not None and name != node
-            else ledger.bad.get(name) or ("cordoned" if name in ledger.cordoned else None)
-            or why_not(pod, ledger.dra.nodes.get(name) or {})
-        )  # fmt: skip
-        if row is None or why is not None:
-            excluded[name] = why or "not in the inventory"
-            continue
-        mask[row] = True
+        why = "not in the inventory" if row is None else _why_not_here(ledger, pod, name, node)
+        if why is not None:
+            excluded[name] = why
+        else:
+            mask[row] = True
     return mask, excluded
+
+
+def _why_not_here(ledger: PodLedger, pod: Mapping[str, Any], name: str, node: str | None) -> str | None:
+    """Why the pod may not use the DRA node `name` (None: it may); `node`: where its other claims are."""
+    if node is not None and name != node:
+        return "not where the pod's other claims are"
+    if name in ledger.bad:
+        return ledger.bad[name]
+    if name in ledger.cordoned:
+        return "cordoned"
+    return why_not(pod, ledger.dra.nodes.get(name) or {})
 
 
 def _combinations(asks: Mapping[str, Sequence[RequestAsk]]) -> list[tuple[tuple[str, DeviceAsk], ...]]:
