@@ -78,8 +78,9 @@ def plan_claims(
         score = decision.score_of(ledger.inventory.index[placement.node]) or 0.0
         if best is None or score > best[0]:
             plan = _devices(ledger, placement, combination)
-            if isinstance(plan, NoPlan):
-                return plan
+            if isinstance(plan, NoPlan):  # this alternative only: the next may be published
+                last_reason = plan.reason
+                continue
             best = (score, plan)
     return best[1] if best is not None else NoPlan(f"no DRA node has room: {last_reason}", True)
 

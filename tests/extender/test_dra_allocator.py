@@ -180,6 +180,22 @@ def test_first_available_is_scored_and_names_the_entry_it_used() -> None:
     assert [r["request"] for r in results(api, "ml/c")] == ["gpu/one"]
 
 
+def test_an_alternative_placed_where_no_device_is_published_falls_through_to_the_next() -> None:
+    """Only 1g.10gb at start 0 is published: the engine puts a 1g elsewhere, so the 2g entry is the one used."""
+    published = (("1g.10gb", (0,)), ("2g.20gb", (0, 2, 4)))
+    state, api = cluster(*h100_dynamic("a", gpus=1, placements=published))
+    request = {
+        "name": "mig",
+        "firstAvailable": [
+            {"name": "small", **mig_request("", "1g.10gb")["exactly"]},
+            {"name": "mid", **mig_request("", "2g.20gb")["exactly"]},
+        ],
+    }
+    assert submit(state, api, gated_pod("p", ["c"]), unallocated("c", request)) == Step.ALLOCATED
+    [result] = results(api, "ml/c")
+    assert result["request"] == "mig/mid" and "-mig-2g20gb-" in result["device"]
+
+
 def test_a_selector_gpupack_does_not_read_is_left_to_kube_scheduler_with_the_reason() -> None:
     state, api = cluster(*h100_dynamic("a"))
     odd = {
