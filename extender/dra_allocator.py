@@ -95,8 +95,8 @@ class DraAllocator:
             elif isinstance(event, PodDeleted):
                 self._forget(event.key)
             elif isinstance(event, (DraUpserted, DraDeleted)) and event.kind == "ResourceClaim":
-                namespace, now = event.key.partition("/")[0], self._clock()
-                for key in [k for k in self._pods if k.startswith(f"{namespace}/")]:
+                now = self._clock()
+                for key in self._waiting_on(event.key):
                     self._due[key] = min(self._due.get(key, now), now)
             self._cond.notify()
 
@@ -109,6 +109,17 @@ class DraAllocator:
         now = self._clock()
         self._due[key] = min(self._due.get(key, now), now)  # new, or changed (its claims named): look now
         self._pods[key] = pod
+
+    def _waiting_on(self, claim: str) -> list[str]:
+        """The gated pods that use the claim `namespace/name`, or whose template claims are not all made yet."""
+        namespace = claim.partition("/")[0]
+        waiting = []
+        for key, pod in self._pods.items():
+            if key.startswith(f"{namespace}/"):
+                names = claim_names(pod)
+                if names is None or claim in names:
+                    waiting.append(key)
+        return waiting
 
     def _forget(self, key: str) -> None:
         self._pods.pop(key, None)
@@ -285,6 +296,12 @@ class DraAllocator:
         """Gated pods gpupack has not finished with."""
         with self._cond:
             return len(self._pods)
+
+    def due(self) -> list[str]:
+        """The gated pods (by key) due for an attempt now, in arrival order."""
+        with self._cond:
+            now = self._clock()
+            return [key for key, at in self._due.items() if at <= now]
 
 
 def claim_names(pod: Mapping[str, Any]) -> list[str] | None:

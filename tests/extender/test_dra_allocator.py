@@ -261,6 +261,20 @@ def test_a_template_claim_not_made_yet_waits_then_is_allocated() -> None:
     assert submit(state, api, pod, unallocated("p-mig-x8z", mig_request("m", "3g.40gb"))) == Step.ALLOCATED
 
 
+def test_a_claim_event_wakes_only_the_pods_that_use_that_claim_or_wait_for_theirs() -> None:
+    state, api = cluster(*h100_dynamic("a"))
+    named, unnamed = gated_pod("named", ["mine"]), gated_pod("unnamed", [])
+    unnamed["spec"]["resourceClaims"] = [{"name": "mig", "resourceClaimTemplateName": "one-mig"}]
+    assert submit(state, api, named) == Step.WAITING  # its claim is not there yet
+    assert submit(state, api, unnamed) == Step.WAITING
+    allocator = state.dra_allocator
+    assert allocator.due() == []
+    state.apply(DraUpserted(unallocated("someone-elses", mig_request("m", "1g.10gb"))))
+    assert allocator.due() == ["ml/unnamed"]
+    state.apply(DraUpserted(unallocated("mine", mig_request("m", "1g.10gb"))))
+    assert sorted(allocator.due()) == ["ml/named", "ml/unnamed"]
+
+
 def test_the_pods_node_selector_and_the_nodes_taints_are_honoured() -> None:
     state, api = cluster(h100_full("a", gpus=2), h100_full("b", gpus=2), nodes=("a", "b"))
     tainted = make_node("a", product=None, cpu="64", memory="512Gi")
