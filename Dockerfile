@@ -29,6 +29,7 @@ COPY sim/ sim/
 COPY harness/ harness/
 COPY report/ report/
 COPY bench/ bench/
+COPY defrag/ defrag/
 RUN pip wheel --wheel-dir /wheels --no-deps .
 
 FROM ${BASE}

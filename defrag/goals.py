@@ -1,0 +1,18 @@
+"""What a defrag move is for, and the default bounds of a plan (light: the CLI's parser reads them)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+DEFAULT_MAX_EVICTIONS = 8  # per plan: a run evicts at most this many pods
+
+
+class Goal(StrEnum):
+    """What a move is for."""
+
+    PENDING = "schedule-pending-pod"
+    FREE_GPU = "free-gpu"
+    FREE_NODE = "free-node"
+
+
+__all__ = ["DEFAULT_MAX_EVICTIONS", "Goal"]
