@@ -1,4 +1,5 @@
-"""`gpupack` command line (docs/contracts.md#cli): serve, simulate, bench, explain, topology, agent, report."""
+"""`gpupack` command line (docs/contracts.md#cli): serve, simulate, bench, explain, topology, agent, report,
+defrag."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Sequence
 from typing import TypeAlias
 
 from gpupack.arguments import port_number, seed_list
+from gpupack.defrag.goals import DEFAULT_MAX_EVICTIONS, Goal
 
 # every command's --kubeconfig: the rule is kube/sources/kubeconfig.py's, kubectl's
 KUBECONFIG_HELP = "kubeconfig file (default: $KUBECONFIG, else ~/.kube/config, else in-cluster config)"
@@ -19,7 +21,7 @@ def build_parser(prog: str = "gpupack") -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog=prog, description="GPU-aware kube-scheduler extender")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_serve, _simulate, _bench, _explain, _topology, _report, _agent):
+    for add in (_serve, _simulate, _bench, _explain, _topology, _report, _agent, _defrag):
         add(sub)
     return parser
 
@@ -137,6 +139,25 @@ def _agent(sub: Subparsers) -> None:
     )
 
 
+def _defrag(sub: Subparsers) -> None:
+    """`gpupack defrag`."""
+    defrag = sub.add_parser("defrag", help="the pods to move, proven by simulation first (dry run: evicts nothing)")
+    source = defrag.add_mutually_exclusive_group()
+    source.add_argument("--cluster-file", help="YAML/JSON list of Node and Pod objects")
+    source.add_argument("--kubeconfig", help=KUBECONFIG_HELP)
+    defrag.add_argument("--config", help="policy config YAML, or its ConfigMap")
+    defrag.add_argument(
+        "--goal", action="append", choices=[g.value for g in Goal], help="only these goals (repeat; default all)"
+    )
+    defrag.add_argument(
+        "--max-evictions",
+        type=int,
+        default=DEFAULT_MAX_EVICTIONS,
+        help=f"at most this many (default {DEFAULT_MAX_EVICTIONS})",
+    )
+    defrag.add_argument("--json", action="store_true", help="print one JSON object")
+
+
 def main(argv: Sequence[str] | None = None, prog: str = "gpupack") -> int:
     """Entry point of the `gpupack` console script."""
     args = build_parser(prog).parse_args(argv)
@@ -160,6 +181,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "gpupack") -> int:
         from gpupack.report.cli import run as run_report
 
         return run_report(args)
+    if args.command == "defrag":
+        from gpupack.defrag.cli import run as run_defrag
+
+        return run_defrag(args)
     if args.command == "agent":
         from gpupack.agent.main import run as run_agent
 

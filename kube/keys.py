@@ -19,6 +19,9 @@ ANNOTATION_GROUP = "gpupack.io/group"  # gang placement (docs/gangs.md): the gro
 ANNOTATION_GROUP_SIZE = "gpupack.io/group-size"  # ... its minMember
 ANNOTATION_GROUP_TOPOLOGY = "gpupack.io/group-topology"  # ... and the widest domain it may spread over
 
+# --- pod labels (docs/defrag.md)
+LABEL_MOVABLE = "gpupack.io/movable"  # "true": defrag may evict the pod for its controller to recreate elsewhere
+
 # --- pod scheduling gates and namespace labels (docs/dra.md#device-choice)
 GATE_DRA_ALLOCATION = "gpupack.io/dra-allocation"  # held until gpupack allocated the pod's ResourceClaims
 LABEL_DRA_ALLOCATION = "gpupack.io/dra-allocation"  # on a namespace, "enabled": its claim pods are gated

@@ -97,6 +97,7 @@ def test_an_unusable_choice_is_a_source_error_naming_it(home: Path, tmp_path: Pa
 COMMANDS = {
     "serve": ["serve"],
     "report": ["report"],
+    "defrag": ["defrag"],
     "explain": ["explain", "ml/train-0"],
     "agent": ["agent", "--node", "n1"],
 }
