@@ -17,9 +17,18 @@ have been for nothing. So:
   elsewhere by filter, or the TTL passes; its pieces are given back.
 
 Nothing is held that is not free: a piece is held only when the inventory accepts it, so victims that
-never go leave nothing held twice. Pods the source shows bound always win over holds: before the
+never go leave nothing held twice. While a piece is not free yet, the free rest of its GPUs is held as a
+*fence* (a MIG GPU's free slices, a shared GPU's free share): gpupack may see a victim's replacement
+before the victim's deletion, and the replacement must not start in the space the nominee is waiting for.
+Fences are given back before each new try to hold, and when the hold ends.
+
+Pods the source shows bound always win over holds: before the
 ledger applies an event that can commit capacity on a node, that node's pieces are given back, and
 after it they are held again where still free.
+
+A pending pod annotated `gpupack.io/defrag-hold` (an [assignment](docs/contracts.md#assignment) written by
+`gpupack defrag --execute` before it evicts the pods it moves for that pod, #31) is held the same way: the
+annotation is its one plan and its nomination, taken up once per value (an expired hold does not come back).
 
 All methods expect the state's lock to be held (extender.state applies events and filters under it).
 """
@@ -36,11 +45,13 @@ from typing import Any
 import numpy as np
 
 from gpupack.extender.pod_ledger import identity
+from gpupack.kube.keys import ANNOTATION_DEFRAG_HOLD
+from gpupack.kube.pod_request import AssignmentError, assignment_from_pod, request_from_pod
 from gpupack.kube.sources.events import Event, NodeDeleted, NodeUpserted, PodDeleted, PodUpserted, Synced
 from gpupack.scoring.facts import Placement
 from gpupack.scoring.inventory import Inventory, InventoryError
 from gpupack.scoring.preemption import VictimPlan
-from gpupack.scoring.request import PodRequest
+from gpupack.scoring.request import PodRequest, RequestError
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +81,8 @@ class Nominee:
     deadline: float
     node: str = ""  # nominated node with a plan ("" none)
     held: list[Placement] = field(default_factory=list)  # pieces committed in its name
+    # the free rest of each GPU whose planned piece is not free yet: no other pod starts there meanwhile
+    fences: list[Placement] = field(default_factory=list)
 
     @property
     def placement(self) -> Placement | None:
@@ -93,12 +106,14 @@ class Nominations:
         self.clock = clock
         self._nominees: OrderedDict[str, Nominee] = OrderedDict()  # by deadline: each call moves one to the end
         self._nominated: dict[str, Nominee] = {}  # those nominated to a node they have a plan for
+        self._holds_taken: dict[str, str] = {}  # pending pod -> the defrag hold annotation last read
+        self.bad_holds = 0  # defrag hold annotations that could not be read (logged once each)
         self.ended: Counter[HoldEnded] = Counter()
 
     # ------------------------------------------------------------------ read-outs
     def held(self) -> dict[str, list[Placement]]:
-        """The pieces held, by nominee identity (copies of the lists)."""
-        return {uid: list(n.held) for uid, n in self._nominated.items() if n.held}
+        """The pieces and fences held, by nominee identity (copies of the lists)."""
+        return {uid: [*n.held, *n.fences] for uid, n in self._nominated.items() if n.held or n.fences}
 
     def held_for(self, uid: str) -> list[Placement]:
         """The pieces held for one nominee (a copy)."""
@@ -151,14 +166,36 @@ class Nominations:
                 self._release(nominee)
 
     def after(self, event: Event) -> None:
-        """Follow the nominations the source shows, end what expired, and hold what came free."""
-        if not self._nominees:
-            return
+        """Follow the nominations (and defrag holds) the source shows, end what expired, hold what came free."""
         if isinstance(event, PodUpserted) and not (event.pod.get("spec") or {}).get("nodeName"):
-            nominee = self._nominees.get(identity(event.uid, event.key))
+            uid = identity(event.uid, event.key)
+            hold = self._defrag_hold(uid, event.key, event.pod)
+            nominee = self._nominees.get(uid)
             if nominee is not None:
-                self._follow(nominee, _nominated_node(event.pod))
-        self.refresh()
+                self._follow(nominee, hold.node if hold is not None else _nominated_node(event.pod))
+        elif isinstance(event, PodDeleted):
+            self._holds_taken.pop(identity(event.uid, event.key), None)
+        if self._nominees:
+            self.refresh()
+
+    def _defrag_hold(self, uid: str, key: str, pod: Mapping[str, Any]) -> Placement | None:
+        """The placement of the pending pod's `gpupack.io/defrag-hold` (docs/defrag.md), remembered as its plan
+        the first time this value is seen (so a hold that expired is not taken up again); None without one."""
+        text = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_DEFRAG_HOLD)
+        if not isinstance(text, str):
+            return None
+        first = self._holds_taken.get(uid) != text
+        self._holds_taken[uid] = text
+        try:
+            hold = assignment_from_pod(pod, annotation=ANNOTATION_DEFRAG_HOLD)
+        except (AssignmentError, RequestError) as exc:
+            if first:
+                self.bad_holds += 1
+                logger.warning("%s: ignored: %s", key, exc)
+            return None
+        if hold is not None and first:
+            self.remember(uid, key, request_from_pod(pod), {hold.node: VictimPlan(hold.node, (), hold)})
+        return hold
 
     def _follow(self, nominee: Nominee, node: str) -> None:
         """The source shows the nominee nominated to `node` ("": none)."""
@@ -232,13 +269,16 @@ class Nominations:
 
     # ------------------------------------------------------------------ capacity
     def _hold(self, nominee: Nominee) -> None:
+        """Hold every planned piece that is free now; fence the GPUs of those that are not yet."""
         placement = nominee.placement
         if placement is None or placement.node not in self.inventory.index:
             return
         wanted = pieces(placement)
         if len(nominee.held) == len(wanted):
             return
+        self._give_back(nominee.fences, nominee.key)
         have = list(nominee.held)
+        waiting: list[Placement] = []
         for piece in wanted:
             if piece in have:
                 have.remove(piece)
@@ -246,20 +286,42 @@ class Nominations:
             try:
                 self.inventory.commit(piece)
             except InventoryError:
-                continue  # not free (yet): a victim still holds it
+                waiting.append(piece)  # not free (yet): a victim still holds it
+                continue
             nominee.held.append(piece)
+        for piece in waiting:
+            self._fence(nominee, piece)
+
+    def _fence(self, nominee: Nominee, piece: Placement) -> None:
+        """Hold what is free on the GPUs of a piece that is not: a MIG instance or a share must not be given
+        the free part of a GPU whose victim is still leaving (gpupack may see a victim's replacement
+        before the victim's deletion)."""
+        gpus = {slot.index for slot in piece.slots}
+        rest = tuple(slot for slot in self.inventory.free_slots(piece.node) if slot.index in gpus)
+        if not rest:
+            return
+        fence = Placement(piece.node, rest, 0, 0, 0)
+        try:
+            self.inventory.commit(fence)
+        except InventoryError:
+            return
+        nominee.fences.append(fence)
 
     def _release(self, nominee: Nominee) -> None:
-        while nominee.held:
-            piece = nominee.held.pop()
+        self._give_back(nominee.fences, nominee.key)
+        self._give_back(nominee.held, nominee.key)
+
+    def _give_back(self, placements: list[Placement], key: str) -> None:
+        while placements:
+            piece = placements.pop()
             try:
                 self.inventory.release(piece)
             except InventoryError:
-                logger.exception("inventory out of step while giving back a hold of %s", nominee.key)
+                logger.exception("inventory out of step while giving back a hold of %s", key)
 
     def _release_on(self, node: str) -> None:
         for nominee in self._nominated.values():
-            if nominee.held and nominee.node == node:
+            if (nominee.held or nominee.fences) and nominee.node == node:
                 self._release(nominee)
 
     def _end(self, nominee: Nominee, how: HoldEnded) -> None:

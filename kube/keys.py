@@ -15,6 +15,7 @@ RESOURCE_GPU_MILLI = "gpupack.io/gpu-milli"
 # --- pod annotations (§2, §4)
 ANNOTATION_INTERRUPTIBLE = "gpupack.io/interruptible"
 ANNOTATION_ASSIGNMENT = "gpupack.io/assignment"
+ANNOTATION_DEFRAG_HOLD = "gpupack.io/defrag-hold"  # on a pending pod: the placement a defrag move frees for it
 ANNOTATION_GROUP = "gpupack.io/group"  # gang placement (docs/gangs.md): the group's name ...
 ANNOTATION_GROUP_SIZE = "gpupack.io/group-size"  # ... its minMember
 ANNOTATION_GROUP_TOPOLOGY = "gpupack.io/group-topology"  # ... and the widest domain it may spread over

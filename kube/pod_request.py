@@ -265,15 +265,18 @@ def _term_products(term: Mapping[str, Any]) -> frozenset[str] | None:
     return None if pinned is None else pinned - excluded
 
 
-def assignment_from_pod(pod: Mapping[str, Any], request: PodRequest | None = None) -> Placement | None:
-    """The placement recorded in the pod's `gpupack.io/assignment` annotation, None when absent.
+def assignment_from_pod(
+    pod: Mapping[str, Any], request: PodRequest | None = None, annotation: str = ANNOTATION_ASSIGNMENT
+) -> Placement | None:
+    """The placement recorded in the pod's `gpupack.io/assignment` annotation (or another `annotation` of
+    the same format, such as `gpupack.io/defrag-hold`), None when absent.
 
     CPU and memory come from `request` (computed from the pod when not given; RequestError then
     propagates). Raises AssignmentError when the annotation is malformed, names another node than
     the one the pod is bound to, or does not match what the pod asks for.
     """
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    text = annotations.get(ANNOTATION_ASSIGNMENT)
+    text = annotations.get(annotation)
     if text is None:
         return None
     if request is None:
@@ -284,7 +287,7 @@ def assignment_from_pod(pod: Mapping[str, Any], request: PodRequest | None = Non
         if bound and bound != placement.node:
             raise ValueError(f"names node {placement.node!r} but the pod is bound to {bound!r}")
     except ValueError as exc:
-        raise AssignmentError(f"pod {pod_key(pod)}: {ANNOTATION_ASSIGNMENT}: {exc}") from None
+        raise AssignmentError(f"pod {pod_key(pod)}: {annotation}: {exc}") from None
     return placement
 
 

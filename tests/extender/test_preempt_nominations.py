@@ -235,3 +235,69 @@ def test_the_whole_exchange_over_http_preempt_nominate_filter_bind_in_one_placem
     assert reservation is not None and reservation.placement == placement
     assert state.decisions[Outcome.NOMINATED, ""] == 1
     assert_consistent(state)
+
+
+# ------------------------------------------------------------------ defrag holds (#31)
+def with_hold(obj: dict[str, Any], value: object) -> dict[str, Any]:
+    text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    obj["metadata"]["annotations"]["gpupack.io/defrag-hold"] = text
+    return obj
+
+
+def test_a_defrag_hold_keeps_what_the_moved_pods_free_for_the_pending_pod_only() -> None:
+    """Node a full of 1-GPU pods; defrag moves p0 and p1 for `boss` (2 GPUs) and marks it with the hold."""
+    victims = [whole(f"p{i}", i + 1, i) for i in range(8)]
+    state = state_from(NODES, [*victims, *(whole(f"hi{i}", 1000, i, "b") for i in range(8))], clock=FakeClock())
+    state.apply(PodUpserted(with_hold(preemptor(), {"node": "a", "gpus": [{"index": 0}, {"index": 1}]})))
+    delete(state, "p0")
+    assert held_gpus(state) == [0]
+    assert filter_for(state, pod("thief", gpus=1), ["a", "b"]) is None  # the evicted pod's replacement waits
+    delete(state, "p1")
+    assert held_gpus(state) == [0, 1]
+    assert filter_for(state, preemptor(), ["a", "b"]) == "a"
+    assert state.nominations.ended == {HoldEnded.HANDED: 1}
+    assert_consistent(state)
+
+
+def test_a_defrag_hold_that_cannot_be_read_is_ignored_once_and_counted() -> None:
+    state = state_from(NODES, [whole("p0", 1, 0)], clock=FakeClock())
+    boss = with_hold(preemptor(), {"node": "a", "gpus": [{"index": 0}]})  # one GPU for a 2-GPU pod
+    state.apply(PodUpserted(boss))
+    state.apply(PodUpserted(boss))
+    assert state.nominations.bad_holds == 1 and state.nominations.held() == {}
+    state.apply(PodUpserted(with_hold(preemptor(), "not json")))
+    assert state.nominations.bad_holds == 2
+
+
+def test_an_expired_defrag_hold_is_not_taken_up_again() -> None:
+    clock = FakeClock()
+    state = state_from(NODES, [whole("p0", 1, 0)], clock=clock)
+    boss = with_hold(preemptor(), {"node": "a", "gpus": [{"index": 1}, {"index": 2}]})
+    state.apply(PodUpserted(boss))
+    assert held_gpus(state) == [1, 2]
+    clock.advance(PLAN_TTL_SECONDS + 1)
+    state.apply(PodUpserted(boss))  # kube-scheduler updates the pending pod's status: the same hold
+    assert state.nominations.held() == {} and state.nominations.ended == {HoldEnded.EXPIRED: 1}
+    assert_consistent(state)
+
+
+def test_the_free_rest_of_a_gpu_whose_planned_instance_is_not_free_yet_goes_to_nobody() -> None:
+    """A 7g.80gb hold on GPU 0 of a dynamic-MIG node whose 1g mover has not left yet: its replacement (seen
+    before the mover's deletion) goes beside the other 1g on GPU 1, not into GPU 0's free slices."""
+    one_g = [{"index": 0, "mig": "1g.10gb", "start": 6}]
+    mover = pod("mover", mig="1g.10gb", node_name="m", assignment={"node": "m", "gpus": one_g})
+    other = [{"index": 1, "mig": "1g.10gb", "start": 6}]
+    pinned = pod("pinned", mig="1g.10gb", node_name="m", assignment={"node": "m", "gpus": other})
+    state = state_from([node("m", gpus=2, mig="dynamic")], [mover, pinned], clock=FakeClock())
+    hold = {"node": "m", "gpus": [{"index": 0, "mig": "7g.80gb", "start": 0}]}
+    big = with_hold(pod("big", mig="7g.80gb"), hold)
+    state.apply(PodUpserted(big))
+    held_slots = [s for p in state.nominations.held_for("uid-default-big") for s in p.slots]
+    assert held_slots == []  # the 7g is not free (only its CPU and memory are held): its GPU is fenced
+    replacement = pod("mover-2", mig="1g.10gb")
+    assert filter_for(state, replacement, ["m"]) == "m"
+    assert state.book.get("uid-default-mover-2").placement.slots[0].index == 1  # type: ignore[union-attr]
+    state.apply(PodDeleted("default/mover", "uid-default-mover"))
+    assert [s.mig for p in state.nominations.held_for("uid-default-big") for s in p.slots] == ["7g.80gb"]
+    assert filter_for(state, big, ["m"]) == "m"
+    assert state.nominations.ended == {HoldEnded.HANDED: 1} and state.nominations.held() == {}
