@@ -17,11 +17,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from gpupack.defrag.plan import Pending, Resident
 from gpupack.extender.pod_ledger import PodRecord
 from gpupack.kube.keys import LABEL_MOVABLE
 from gpupack.report.snapshot import ClusterSnapshot
 from gpupack.scoring.cost import placement_gpus
+from gpupack.scoring.defrag import Pending, Resident
 
 RECREATING_OWNERS = frozenset({"ReplicaSet", "StatefulSet", "Job"})
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # the kubelet's mirror of a static pod
@@ -56,8 +56,9 @@ def _controller(metadata: Mapping[str, Any]) -> str | None:
     return None
 
 
-def residents(snapshot: ClusterSnapshot, now: float | None = None) -> list[Resident]:
-    """Every bound pod that holds capacity, with why it may not move and the GPU-time a restart loses."""
+def residents(snapshot: ClusterSnapshot, namespace: str | None = None, now: float | None = None) -> list[Resident]:
+    """Every bound pod that holds capacity, with why it may not move and the GPU-time a restart loses; with
+    `namespace`, pods of other namespaces never move."""
     state = snapshot.state
     at = time.time() if now is None else now
     out: list[Resident] = []
@@ -68,6 +69,8 @@ def residents(snapshot: ClusterSnapshot, now: float | None = None) -> list[Resid
         daemon = _controller(pod.get("metadata") or {}) == "DaemonSet"
         request = None if record.unreadable is not None else record.request
         unmovable = why_unmovable(pod, state.budgets.breaks(record))
+        if namespace is not None and not record.key.startswith(f"{namespace}/"):
+            unmovable = f"not in namespace {namespace}"
         if not unmovable and request is None:
             unmovable = "its request cannot be read"
         seconds = _gpu_seconds(snapshot, record, at)
@@ -75,10 +78,14 @@ def residents(snapshot: ClusterSnapshot, now: float | None = None) -> list[Resid
     return sorted(out, key=lambda r: r.key)
 
 
-def pending(snapshot: ClusterSnapshot) -> list[Pending]:
-    """Every unbound GPU pod gpupack would place."""
-    found = (snapshot.state.ledger.pending(ident) for ident in snapshot.pods)
-    return sorted((Pending(key, request) for key, request in (f for f in found if f is not None)), key=lambda p: p.key)
+def pending(snapshot: ClusterSnapshot, namespace: str | None = None) -> list[Pending]:
+    """Every unbound GPU pod gpupack would place (of `namespace` only, when given)."""
+    found = [snapshot.state.ledger.pending(ident) for ident in snapshot.pods]
+    return sorted(
+        (Pending(key, request) for key, request in (f for f in found if f is not None)
+         if namespace is None or key.startswith(f"{namespace}/")),
+        key=lambda p: p.key,
+    )  # fmt: skip
 
 
 def _gpu_seconds(snapshot: ClusterSnapshot, record: PodRecord, now: float) -> float:

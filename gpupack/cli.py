@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import TypeAlias
 
 from gpupack.arguments import port_number, seed_list
-from gpupack.defrag.goals import DEFAULT_MAX_EVICTIONS, Goal
+from gpupack.scoring.defrag_goals import DEFAULT_MAX_EVICTIONS, Goal
 
 # every command's --kubeconfig: the rule is kube/sources/kubeconfig.py's, kubectl's
 KUBECONFIG_HELP = "kubeconfig file (default: $KUBECONFIG, else ~/.kube/config, else in-cluster config)"
@@ -141,7 +141,7 @@ def _agent(sub: Subparsers) -> None:
 
 def _defrag(sub: Subparsers) -> None:
     """`gpupack defrag`."""
-    defrag = sub.add_parser("defrag", help="the pods to move, proven by simulation first (dry run: evicts nothing)")
+    defrag = sub.add_parser("defrag", help="the pods to move, proven by simulation first (a dry run unless --execute)")
     source = defrag.add_mutually_exclusive_group()
     source.add_argument("--cluster-file", help="YAML/JSON list of Node and Pod objects")
     source.add_argument("--kubeconfig", help=KUBECONFIG_HELP)
@@ -155,6 +155,8 @@ def _defrag(sub: Subparsers) -> None:
         default=DEFAULT_MAX_EVICTIONS,
         help=f"at most this many (default {DEFAULT_MAX_EVICTIONS})",
     )
+    defrag.add_argument("-n", "--namespace", help="move only this namespace's pods, for its pending pods")
+    defrag.add_argument("--execute", action="store_true", help="evict the planned pods (a live cluster only)")
     defrag.add_argument("--json", action="store_true", help="print one JSON object")
 
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpupack.defrag.goals import DEFAULT_MAX_EVICTIONS, Goal
 from gpupack.scoring.decider import Decider
+from gpupack.scoring.defrag_goals import DEFAULT_MAX_EVICTIONS, Goal
 from gpupack.scoring.facts import GpuSlot, Placement
 from gpupack.scoring.inventory import MAX_GPUS, Inventory, InventoryError
 from gpupack.scoring.policies import PolicySpec

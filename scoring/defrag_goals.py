@@ -1,4 +1,4 @@
-"""What a defrag move is for, and the default bounds of a plan (light: the CLI's parser reads them)."""
+"""What a defrag move is for, and the default bound of a plan (`scoring.defrag`; light: the CLI's parser reads it)."""
 
 from __future__ import annotations
 

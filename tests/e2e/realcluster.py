@@ -26,6 +26,7 @@ CONTROLLERS = (
     "namespace",
     "garbagecollector",
     "resourceclaim-controller",
+    "disruption",  # PodDisruptionBudgets' status, which the Eviction API checks (#31, defrag)
 )
 
 
@@ -41,6 +42,20 @@ class FullControlPlane(ControlPlane):
             self._start_api()
             self.start_controller_manager()
             self.start_default_scheduler()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def start_with_extender(self) -> FullControlPlane:
+        """Start everything, with the shipped kube-scheduler configuration (gpupack as its extender) instead
+        of the default kube-scheduler; stops what started if one fails."""
+        try:
+            self._start_api()
+            self.start_controller_manager()
+            self.start_gpupack()
+            self.write_scheduler_config()
+            self.start_scheduler()
         except BaseException:
             self.stop()
             raise

@@ -23,7 +23,7 @@ LAYERS: dict[str, int] = {
     "kube": 2,
     "extender": 3, "agent": 3, "sim": 3, "harness": 3,
     "report": 4, "bench": 4,
-    "defrag": 5,  # plans on the report's cluster snapshot
+    "defrag": 5,  # reads the cluster as the report does
     "gpupack.cli": 6,
 }  # fmt: skip
 TOP_LEVEL_MODULES = {"gpupack.__main__": "gpupack.cli", "gpupack": "gpupack.cli"}  # `python -m gpupack`: the CLI

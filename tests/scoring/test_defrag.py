@@ -14,8 +14,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpupack.defrag.plan import Goal, Pending, Resident, plan_defrag
 from gpupack.scoring.decider import Decider
+from gpupack.scoring.defrag import Goal, Pending, Resident, plan_defrag
 from gpupack.scoring.facts import GpuSlot, MigMode, NodeFacts, Placement
 from gpupack.scoring.inventory import Inventory
 from gpupack.scoring.policies import gpupack
