@@ -36,26 +36,19 @@ class FullControlPlane(ControlPlane):
     def __init__(self, version: str = NEWEST, verbosity: int = 2) -> None:
         super().__init__(version, kube_bin=kube_bin_dir(version, NODE_PROGRAMS), verbosity=verbosity)
 
-    def start(self) -> FullControlPlane:
-        """Start everything and wait until each part answers; stops what started if one fails."""
+    def start(self, with_extender: bool = False) -> FullControlPlane:
+        """Start everything and wait until each part answers; stops what started if one fails. `with_extender`:
+        `gpupack serve` and the shipped kube-scheduler configuration (gpupack as its extender) instead of the
+        default kube-scheduler."""
         try:
             self._start_api()
             self.start_controller_manager()
-            self.start_default_scheduler()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def start_with_extender(self) -> FullControlPlane:
-        """Start everything, with the shipped kube-scheduler configuration (gpupack as its extender) instead
-        of the default kube-scheduler; stops what started if one fails."""
-        try:
-            self._start_api()
-            self.start_controller_manager()
-            self.start_gpupack()
-            self.write_scheduler_config()
-            self.start_scheduler()
+            if with_extender:
+                self.start_gpupack()
+                self.write_scheduler_config()
+                self.start_scheduler()
+            else:
+                self.start_default_scheduler()
         except BaseException:
             self.stop()
             raise

@@ -45,7 +45,7 @@ SETTLE = 90.0  # s for a pod to bind, or to be recreated and bind
 @pytest.fixture(scope="module")
 def plane() -> Iterator[FullControlPlane]:
     try:
-        full = FullControlPlane(NEWEST).start_with_extender()
+        full = FullControlPlane(NEWEST).start(with_extender=True)
     except MissingBinary as exc:
         missing_program(exc)
     try:
@@ -91,7 +91,9 @@ def owned_pod(plane: FullControlPlane, namespace: str, body: dict[str, Any], lim
     name = body["metadata"]["name"]
     body["metadata"]["labels"][LABEL_MOVABLE] = "true"
     plane.create_pod(namespace, body)
-    client.AppsV1Api(plane.api_client()).create_namespaced_replica_set(namespace, replica_set(name, limits))
+    body_of_set = client.V1ReplicaSet.from_dict(replica_set(name, limits))
+    assert body_of_set is not None
+    client.AppsV1Api(plane.api_client()).create_namespaced_replica_set(namespace, body_of_set)
 
     def adopted() -> bool:
         pod = plane.core().read_namespaced_pod(name, namespace)
@@ -127,12 +129,15 @@ def test_defrag_moves_exactly_the_planned_pods_and_the_pending_pods_bind(
     plane.create_pod(namespace, bound_pod("pinned", c, {"nvidia.com/gpu": 6}, [{"index": g} for g in range(6)]))
     owned_pod(plane, namespace, bound_pod("mig-mover", m, one_g, [{"index": 0, "mig": "1g.10gb", "start": 6}]), one_g)
     plane.create_pod(namespace, bound_pod("mig-pinned", m, one_g, [{"index": 1, "mig": "1g.10gb", "start": 6}]))
-    budget = {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {"name": "guarded"},
-        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "guarded"}}},
-    }
+    budget = client.V1PodDisruptionBudget.from_dict(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "guarded"},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "guarded"}}},
+        }
+    )
+    assert budget is not None
     client.PolicyV1Api(plane.api_client()).create_namespaced_pod_disruption_budget(namespace, budget)
     plane.create_pod(namespace, pod_body("train", {"nvidia.com/gpu": 8}))
     plane.create_pod(namespace, pod_body("big", {"nvidia.com/mig-7g.80gb": 1}))
