@@ -87,7 +87,8 @@ class Backoff:
     def next_delay(self) -> float:
         """Count one more failure and return how long to wait before the next attempt."""
         self.failures += 1
-        ceiling = min(self.cap, self.base * 2 ** (self.failures - 1))
+        # the exponent stops growing once the cap is reached: 2**n of a long outage would overflow a float
+        ceiling = min(self.cap, self.base * 2.0 ** min(self.failures - 1, 64))
         return self._rng.uniform(ceiling / 2, ceiling)
 
     def reset(self) -> None:

@@ -336,6 +336,14 @@ def test_backoff_grows_is_capped_and_jittered() -> None:
     assert backoff.next_delay() <= 0.5
 
 
+def test_backoff_after_a_long_outage_stays_at_the_cap() -> None:
+    """A watch that failed thousands of times in a row (an API server away for hours) keeps its thread:
+    2 ** 1100 does not fit a float, so the growth must stop at the cap."""
+    backoff = Backoff(base=0.5, cap=30.0, rng=random.Random(1))
+    delays = [backoff.next_delay() for _ in range(5000)]
+    assert 15.0 <= delays[-1] <= 30.0
+
+
 @pytest.mark.parametrize(
     "gone",
     [gone_event(), ApiException(status=410, reason="Gone")],
