@@ -19,6 +19,7 @@ the next `measure` lifetimes are, sampled every `sample_every` time units:
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import statistics
 import time
@@ -154,6 +155,12 @@ def profile_label(pod: TracePod) -> str:
     if request.kind == Kind.MIG:
         return "+".join(profile for profile, _ in request.mig)
     return kind_label(request)
+
+
+def arrivals_digest(arrivals: Sequence[Arrival]) -> str:
+    """A short hash of the arrivals: names, arrival and end times."""
+    text = "\n".join(f"{a.pod.name} {a.time!r} {a.end!r}" for a in arrivals)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class _Cluster:

@@ -37,13 +37,12 @@ given net of the restarted GPU-seconds (`net_in_use_pct`).
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import math
 import statistics
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Literal, TypedDict
@@ -55,7 +54,15 @@ from gpupack.scoring.facts import MigMode, Placement
 from gpupack.scoring.geometry import resolve_profile
 from gpupack.scoring.inventory import Inventory
 from gpupack.scoring.request import Kind, PodRequest
-from gpupack.sim.churn import FAMILY_PROFILES, INFERENCE_SIZES, Arrival, ChurnConfig, churn_arrivals, mean_lifetime
+from gpupack.sim.churn import (
+    FAMILY_PROFILES,
+    INFERENCE_SIZES,
+    Arrival,
+    ChurnConfig,
+    arrivals_digest,
+    churn_arrivals,
+    mean_lifetime,
+)
 from gpupack.sim.packing_metrics import gpu_states
 from gpupack.sim.scenarios import H100, TIB, ClusterSpec, NodeSpec
 from gpupack.sim.simulate import build_inventory, make_policy
@@ -136,12 +143,6 @@ def defrag_arrivals(seed: int, nodes: int, config: ChurnConfig) -> tuple[Trace, 
     """The cluster and mix of a run, and the seeded arrivals every arm places."""
     trace = Trace(defrag_cluster(nodes).build(), mixed_pods())
     return trace, churn_arrivals(trace.pods, gpu_count(trace.nodes), seed, config)
-
-
-def arrivals_digest(arrivals: Sequence[Arrival]) -> str:
-    """A short hash of the arrivals: names, arrival and end times."""
-    text = "\n".join(f"{a.pod.name} {a.time!r} {a.end!r}" for a in arrivals)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 # ----------------------------------------------------------------------------- state

@@ -30,7 +30,6 @@ arms).
 from __future__ import annotations
 
 import functools
-import hashlib
 import statistics
 import time
 from collections import Counter
@@ -54,6 +53,7 @@ from gpupack.sim.churn import (
     Arrival,
     ChurnConfig,
     _Cluster,
+    arrivals_digest,
     churn_arrivals,
     mean_lifetime,
 )
@@ -288,12 +288,6 @@ class DraChurnResult:
 
 
 Placer = Callable[[PodRequest], Placement | None]
-
-
-def arrivals_digest(arrivals: Sequence[Arrival]) -> str:
-    """A short hash of the arrivals: names, arrival and end times."""
-    text = "\n".join(f"{a.pod.name} {a.time!r} {a.end!r}" for a in arrivals)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def dra_arrivals(seed: int, nodes: int = NODES, config: ChurnConfig = CONFIG) -> tuple[Trace, list[Arrival]]:
