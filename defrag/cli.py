@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Collection
 from typing import Any
 
 import orjson
+from kubernetes.client import ApiClient
 
 from gpupack.defrag.evictions import OfficialEvictor
 from gpupack.defrag.execute import Carried, carry_out
@@ -47,33 +49,53 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> tuple[ClusterSnapshot, DefragPlan]:
-    if args.max_evictions < 0:
-        raise ValueError("--max-evictions must be 0 or more")
-    if args.execute and args.cluster_file:
-        raise ValueError("--execute evicts pods of a live cluster, not of a cluster file")
-    goals = [Goal(g) for g in args.goal] if args.goal else list(Goal)
+    check_arguments(args)
     settings = report_settings(args.config)
     if args.cluster_file:
         snapshot = read_cluster_file(args.cluster_file, settings)
     else:
         snapshot = read_live_cluster(args.kubeconfig, settings)
-    plan = plan_defrag(
+    return snapshot, plan_snapshot(args, snapshot, args.max_evictions)
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse arguments that contradict each other (ValueError)."""
+    if args.max_evictions < 0:
+        raise ValueError("--max-evictions must be 0 or more")
+    if args.execute and args.cluster_file:
+        raise ValueError("--execute evicts pods of a live cluster, not of a cluster file")
+
+
+def plan_snapshot(
+    args: argparse.Namespace, snapshot: ClusterSnapshot, max_evictions: int, not_for: Collection[str] = ()
+) -> DefragPlan:
+    """The plan for the snapshot by the arguments' goals and namespace; no move for the pending pods `not_for`."""
+    goals = [Goal(g) for g in args.goal] if args.goal else list(Goal)
+    return plan_defrag(
         snapshot.state.inventory,
         residents(snapshot, args.namespace),
-        pending(snapshot, args.namespace),
+        [p for p in pending(snapshot, args.namespace) if p.key not in not_for],
         snapshot.schedulable_nodes(),
-        drain_policy(settings),
+        drain_policy(snapshot.state.settings),
         goals,
-        args.max_evictions,
+        max_evictions,
     )
-    return snapshot, plan
 
 
 def _execute(args: argparse.Namespace, snapshot: ClusterSnapshot, plan: DefragPlan) -> Carried:
     """Carry the plan out on the live cluster the snapshot was read from."""
-    api_client = load_kube_config(args.kubeconfig)
+    return carry_plan(load_kube_config(args.kubeconfig), snapshot, plan)
+
+
+def carry_plan(
+    api_client: ApiClient, snapshot: ClusterSnapshot, plan: DefragPlan, may_move: Callable[[int], bool] | None = None
+) -> Carried:
+    """Carry the plan out through `api_client` on the cluster the snapshot was read from (`defrag.execute`)."""
     uids = {pod_key(pod): str((pod.get("metadata") or {}).get("uid") or "") for pod in snapshot.pods.values()}
-    return carry_out(plan, uids, OfficialEvictor(api_client), OfficialKubeApi(api_client))
+    evictor, events = OfficialEvictor(api_client), OfficialKubeApi(api_client)
+    if may_move is None:
+        return carry_out(plan, uids, evictor, events)
+    return carry_out(plan, uids, evictor, events, may_move=may_move)
 
 
 def render(plan: DefragPlan, carried: Carried | None = None) -> str:
@@ -105,4 +127,4 @@ def _slots(assignment: dict[str, object]) -> str:
     return orjson.dumps(assignment["gpus"]).decode()
 
 
-__all__ = ["render", "run"]
+__all__ = ["carry_plan", "check_arguments", "plan_snapshot", "render", "run"]

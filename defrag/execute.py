@@ -8,6 +8,8 @@
   An eviction the API server refuses (a PodDisruptionBudget that allows no disruption now: it changed since
   the plan was made) stops the run there, since every later move was planned on the state after this one.
   A pod that is gone already counts as moved: nothing of it is left to evict.
+- Before a move, `may_move(n)` (the loop's: it still leads and its window has n evictions left) must agree,
+  else the run stops there, before the hold is written.
 - Each evicted pod gets a Normal Event `Defragmented` with the move's goal, target and simulated gain and
   where the simulation placed the pod again; the node it left gets one as well. An Event that cannot be
   written is counted in the result, and the run goes on.
@@ -69,10 +71,15 @@ def carry_out(
     evictor: Evictor,
     events: EventWriter | None,
     clock: Callable[[], float] = time.time,
+    may_move: Callable[[int], bool] = lambda count: True,
 ) -> Carried:
     """Evict the plan's pods, move by move (module docstring); `uids`: pod key -> the uid the plan saw."""
     carried = Carried()
     for move in plan.moves:
+        if not may_move(len(move.evictions)):
+            carried.stopped = f"stopped before {move.goal.value} {move.target}: not leading, or no budget left"
+            logger.warning("defrag: %s", carried.stopped)
+            return carried
         if not _hold(move, uids, evictor):
             carried.targets_gone.append(move.target)
             continue

@@ -158,6 +158,18 @@ def _defrag(sub: Subparsers) -> None:
     defrag.add_argument("-n", "--namespace", help="move only this namespace's pods, for its pending pods")
     defrag.add_argument("--execute", action="store_true", help="evict the planned pods (a live cluster only)")
     defrag.add_argument("--json", action="store_true", help="print one JSON object")
+    loop = defrag.add_argument_group("loop", "--loop: run in the deployment, leader-elected (docs/defrag.md#the-loop)")
+    loop.add_argument("--loop", action="store_true", help="plan (and with --execute, move) every --every seconds")
+    loop.add_argument("--every", type=float, default=300.0, metavar="SECONDS", help="between rounds (default 300)")
+    loop.add_argument("--window", type=float, default=3600.0, metavar="SECONDS", help="budget window (default 3600)")
+    loop.add_argument("--window-evictions", type=int, default=8, metavar="N", help="evictions per window (default 8)")
+    loop.add_argument(
+        "--settle", type=float, default=300.0, metavar="SECONDS",
+        help="a pending pod moved for is not planned for again within this time (default 300)",
+    )  # fmt: skip
+    loop.add_argument("--lease-namespace", help="the Lease's namespace (default: the pod's own)")
+    loop.add_argument("--lease-name", default="gpupack-defrag", help="the Lease (default gpupack-defrag)")
+    loop.add_argument("--metrics-port", type=int, default=9403, help="Prometheus metrics port (0: none; default 9403)")
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "gpupack") -> int:
@@ -183,6 +195,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "gpupack") -> int:
         from gpupack.report.cli import run as run_report
 
         return run_report(args)
+    if args.command == "defrag" and args.loop:
+        from gpupack.defrag.loop_main import run_loop
+
+        return run_loop(args)
     if args.command == "defrag":
         from gpupack.defrag.cli import run as run_defrag
 

@@ -31,8 +31,9 @@ RELEASE, NAMESPACE = "gpupack", "gpupack-system"
 # newest patch when it was last raised; manifests/kustomization.yaml names the newest minor's.
 COMPONENT_VERSIONS = ("v1.33.13", "v1.34.4", "v1.35.4", "v1.36.3", "v1.37.2")
 NEWEST_COMPONENT = COMPONENT_VERSIONS[-1]
-# Every object the chart can make, the ServiceMonitor in its own folder: kustomization.yaml files choose.
-RENDER_VALUES = ("namespace.create=true", "metrics.serviceMonitor.enabled=true")
+# Every object the chart can make, the ServiceMonitor and the defrag loop in their own folders: kustomization.yaml
+# files choose.
+RENDER_VALUES = ("namespace.create=true", "metrics.serviceMonitor.enabled=true", "defrag.enabled=true")
 HEADER = "# Rendered from charts/gpupack/{template} by `make manifests`: change the chart, not this file.\n"
 SOURCE = re.compile(r"^# Source: [^/]+/templates/(?P<path>\S+)\n", re.MULTILINE)
 

@@ -77,3 +77,20 @@ def test_bad_input_exits_2_with_the_reason(tmp_path: Path, capsys: pytest.Captur
     assert "gpupack defrag:" in capsys.readouterr().err
     assert main(["defrag", "--cluster-file", str(fragmented(tmp_path)), "--max-evictions", "-1"]) == 2
     assert "--max-evictions" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        (["--every", "0"], "--every"),
+        (["--window-evictions", "-1"], "--window-evictions"),
+        (["--metrics-port", "70000"], "--metrics-port"),
+        (["--cluster-file", "c.yaml"], "live cluster"),
+        (["--kubeconfig", "/nonexistent/kubeconfig"], "kubeconfig"),
+    ],
+)
+def test_the_loop_refuses_unusable_arguments_with_exit_2(
+    arguments: list[str], reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["defrag", "--loop", "--metrics-port", "0", *arguments]) == 2
+    assert reason in capsys.readouterr().err

@@ -104,3 +104,17 @@ def test_a_move_whose_pending_pod_is_gone_evicts_nothing() -> None:
     plan = DefragPlan([move("ml/big", "ml/a"), move("ml/huge", "ml/c")])
     carried = carry_out(plan, {**PENDING, "ml/a": "ua", "ml/c": "uc"}, evictor, FakeEvents())
     assert evictor.evicted == ["ml/c"] and carried.targets_gone == ["ml/big"]
+
+
+def test_a_move_the_loop_does_not_allow_writes_no_hold_and_stops_the_run() -> None:
+    evictor = FakeEvictor({"ml/a": "ua", "ml/c": "uc", **PENDING})
+    plan = DefragPlan([move("ml/big", "ml/a"), move("ml/huge", "ml/c")])
+    asked: list[int] = []
+
+    def may_move(count: int) -> bool:
+        asked.append(count)
+        return len(asked) == 1  # the first move only
+
+    carried = carry_out(plan, {**PENDING, "ml/a": "ua", "ml/c": "uc"}, evictor, FakeEvents(), may_move=may_move)
+    assert evictor.evicted == ["ml/a"] and list(evictor.annotations) == ["ml/big"]
+    assert carried.stopped.startswith("stopped before schedule-pending-pod ml/huge")

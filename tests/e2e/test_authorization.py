@@ -8,7 +8,9 @@ impersonated by the admin (tests/e2e/impersonation.py):
   a forged `gpupack.io/assignment`, bind with one, or change or remove one, while gpupack's scheduler
   ServiceAccount binds with it and the tenant's other edits pass;
 - the agent's ServiceAccount with the node claim of node A writes A's three annotations and nothing
-  else: not on B, not a label, taint or other annotation, and nothing at all without the claim.
+  else: not on B, not a label, taint or other annotation, and nothing at all without the claim;
+- the defrag hold (#31, with manifests/defrag's ClusterRole): the tenant cannot write `gpupack.io/defrag-hold`,
+  the defrag loop's ServiceAccount and an admin can, and the loop's ServiceAccount changes nothing else of a pod.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pytest
 from gpupack.harness.controlplane import ControlPlane, ControlPlaneError, pod_body, wait_until
 from gpupack.kube.keys import (
     ANNOTATION_ASSIGNMENT,
+    ANNOTATION_DEFRAG_HOLD,
     ANNOTATION_DEVICES_IN_USE,
     ANNOTATION_GPU_TOPOLOGY,
     ANNOTATION_HOURLY_COST,
@@ -34,7 +37,7 @@ from gpupack.kube.keys import (
 from tests.e2e import deploy
 from tests.e2e.catalogue import L4, all_to_all_nvlink, whole_gpu_node
 from tests.e2e.cluster import E2ECluster
-from tests.e2e.impersonation import SCHEDULER, Answer, ApiAs, Identity, binding, service_account
+from tests.e2e.impersonation import MERGE_PATCH, SCHEDULER, Answer, ApiAs, Identity, binding, service_account
 
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
@@ -47,19 +50,24 @@ COLLECTIONS = {  # the kinds applied, and where each is created
 ASSIGNMENT_POLICY = "gpupack-assignment-writer"
 AGENT_POLICY = "gpupack-agent-own-node"
 GATE_POLICY = "gpupack-gate-remover"  # the DRA gate (#30): gpupack's pod patches remove its gate, nothing else
+HOLD_POLICY = "gpupack-defrag-hold-writer"  # #31: who may write gpupack.io/defrag-hold
+HOLD_ONLY_POLICY = "gpupack-defrag-hold-only"  # the defrag loop's pod patches write that hold, nothing else
+DEFRAG = service_account("gpupack-system", "gpupack-defrag")
 DRA_GATE = "gpupack.io/dra-allocation"
 TENANT = Identity("e2e-tenant")
 AGENT = ("gpupack-agent", "gpupack-agent")
 JSON_PATCH = "application/json-patch+json"
+DEFRAG_MANIFESTS = deploy.MANIFESTS / "defrag"
 NOBODY = "e2e-nobody"  # a scheduler name no scheduler answers to: the test's pods stay as it leaves them
 
 
 @functools.cache
 def shipped_objects() -> tuple[dict[str, Any], ...]:
-    """The cluster-wide authorization objects `kubectl apply -k manifests/` installs."""
-    objects = tuple(o for o in deploy.render(deploy.kubectl(), deploy.MANIFESTS) if o["kind"] in COLLECTIONS)
+    """The cluster-wide authorization objects `kubectl apply -k manifests/` and `-k manifests/defrag` install."""
+    rendered = [*deploy.render(deploy.kubectl(), deploy.MANIFESTS), *deploy.render(deploy.kubectl(), DEFRAG_MANIFESTS)]
+    objects = tuple(o for o in rendered if o["kind"] in COLLECTIONS)
     policies = {o["metadata"]["name"] for o in objects if o["kind"].startswith("ValidatingAdmissionPolicy")}
-    assert policies == {ASSIGNMENT_POLICY, AGENT_POLICY, GATE_POLICY}, policies
+    assert policies == {ASSIGNMENT_POLICY, AGENT_POLICY, GATE_POLICY, HOLD_POLICY, HOLD_ONLY_POLICY}, policies
     return objects
 
 
@@ -244,6 +252,48 @@ def test_only_the_scheduler_may_change_or_remove_an_assignment(
     assert tenant.merge_patch(pods_path(cluster, "mine", "status"), status).status == 200  # as a kubelet's update
     annotations = tenant.get(pods_path(cluster, "mine")).body["metadata"]["annotations"]
     assert annotations[ANNOTATION_ASSIGNMENT] == placed and annotations["example.com/owner"] == "team-a"
+
+
+def test_only_the_defrag_loop_and_the_hold_writers_may_write_a_defrag_hold(
+    cluster: E2ECluster, shipped: Applied, tenant: ApiAs
+) -> None:
+    """#31: gpupack.io/defrag-hold makes the extender hold capacity for a pod; the tenant who owns the pod may
+    not write it, the defrag loop's ServiceAccount and the admins (defragHoldWriters: system:masters) may."""
+    hold = json.dumps({"node": one_gpu_node(cluster), "gpus": [{"index": 0}]})
+    forged = gpu_pod("forged", {ANNOTATION_DEFRAG_HOLD: hold})
+    wait_refused_by(HOLD_POLICY, lambda: tenant.post(pods_path(cluster, "") + "?dryRun=All", forged))
+    assert tenant.post(pods_path(cluster, ""), gpu_pod("mine")).status == 201
+    patch = {"metadata": {"annotations": {ANNOTATION_DEFRAG_HOLD: hold}}}
+    answer = tenant.merge_patch(pods_path(cluster, "mine"), patch)
+    assert answer.status == 403 and HOLD_POLICY in answer.message and ANNOTATION_DEFRAG_HOLD in answer.message
+
+    assert ApiAs(cluster.plane, DEFRAG).merge_patch(pods_path(cluster, "mine"), patch).status == 200
+    for value in (hold.replace("0", "1"), None):  # the tenant may neither change nor remove it
+        changed = {"metadata": {"annotations": {ANNOTATION_DEFRAG_HOLD: value}}}
+        assert tenant.merge_patch(pods_path(cluster, "mine"), changed).status == 403
+    removed = {"metadata": {"annotations": {ANNOTATION_DEFRAG_HOLD: None}}}
+    assert ApiAs(cluster.plane).merge_patch(pods_path(cluster, "mine"), removed).status == 200  # an admin may
+    other = {"metadata": {"annotations": {"example.com/owner": "team-a"}}}
+    assert tenant.merge_patch(pods_path(cluster, "mine"), other).status == 200  # other annotations stay the tenant's
+
+
+def test_the_defrag_loop_may_change_nothing_of_a_pod_but_its_hold(
+    cluster: E2ECluster, shipped: Applied, tenant: ApiAs
+) -> None:
+    assert tenant.post(pods_path(cluster, ""), gpu_pod("mine")).status == 201
+    defrag = ApiAs(cluster.plane, DEFRAG)
+    labelled = {"metadata": {"labels": {"team": "a"}}}
+    probe = lambda: defrag.request("PATCH", pods_path(cluster, "mine") + "?dryRun=All", labelled, MERGE_PATCH)  # noqa: E731
+    wait_refused_by(HOLD_ONLY_POLICY, probe)
+    for patch in (
+        labelled,
+        {"metadata": {"annotations": {"example.com/owner": "team-b"}}},
+        {"spec": {"activeDeadlineSeconds": 60}},
+    ):
+        answer = defrag.merge_patch(pods_path(cluster, "mine"), patch)
+        assert answer.status == 403 and HOLD_ONLY_POLICY in answer.message, (patch, answer.body)
+    hold = {"metadata": {"annotations": {ANNOTATION_DEFRAG_HOLD: json.dumps({"node": "n", "gpus": []})}}}
+    assert defrag.merge_patch(pods_path(cluster, "mine"), hold).status == 200
 
 
 def held_pod(name: str) -> dict[str, Any]:

@@ -120,8 +120,11 @@ VALUE_SETS = (
             "scheduler.podDisruptionBudget.enabled": True,
             "admissionPolicies.enabled": True,
             "agent.enabled": True,
+            "defrag.enabled": True,
+            "defrag.execute": True,
         },
     ),
+    ValueSet("defrag-dry-run", {"defrag.enabled": True, "defrag.goals": ["free-gpu"], "defrag.namespace": "ml"}),
     ValueSet("admission-policies-off", {"admissionPolicies.enabled": False}),
     ValueSet("dra-allocation-off", {"dra.allocation.enabled": False}),
     ValueSet(
@@ -363,12 +366,20 @@ def governed(values: Mapping[str, Any], namespace: str, version: str = NEWEST) -
     agent_objects = {
         (kind, "gpupack-agent") for kind in ("DaemonSet", "ServiceAccount", "ClusterRole", "ClusterRoleBinding")
     }
+    defrag = values["defrag"]["enabled"]
+    defrag_objects = {
+        *((kind, "gpupack-defrag") for kind in ("Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding")),
+        *((kind, "gpupack-defrag-leader-election") for kind in ("Role", "RoleBinding")),
+    }
     return [
         (agent, {("Namespace", values["agent"]["namespace"]), *agent_objects}),
         (admission, {(kind, "gpupack-assignment-writer") for kind in ADMISSION_KINDS}),
         (agent and admission, {(kind, "gpupack-agent-own-node") for kind in ADMISSION_KINDS}),
         (dra and gate_served, {(kind, "gpupack-dra-gate") for kind in MUTATING_KINDS}),
         (dra and admission, {(kind, "gpupack-gate-remover") for kind in ADMISSION_KINDS}),
+        (defrag, defrag_objects),
+        (admission, {(kind, "gpupack-defrag-hold-writer") for kind in ADMISSION_KINDS}),
+        (defrag and admission, {(kind, "gpupack-defrag-hold-only") for kind in ADMISSION_KINDS}),
         (metrics["service"]["enabled"], {("Service", "gpupack-metrics")}),
         (metrics["serviceMonitor"]["enabled"], {("ServiceMonitor", "gpupack")}),
         (metrics["grafanaDashboard"]["enabled"], {("ConfigMap", "gpupack-grafana-dashboard")}),
@@ -417,6 +428,8 @@ def check_images(objects: Objects, values: Mapping[str, Any], version: str) -> N
     }
     if values["agent"]["enabled"]:
         wanted["agent"] = gpupack
+    if values["defrag"]["enabled"]:
+        wanted["defrag"] = gpupack
     assert found == wanted
     tag = found["kube-scheduler"].rsplit(":", 1)[1]
     override = values["kubeScheduler"]["image"]["tag"]
@@ -459,6 +472,13 @@ def check_admission_policies(objects: Objects, values: Mapping[str, Any], namesp
         (condition,) = policies["gpupack-agent-own-node"]["spec"]["matchConditions"]
         agent = f"system:serviceaccount:{values['agent']['namespace']}:gpupack-agent"
         assert condition["expression"] == f"request.userInfo.username == '{agent}'"
+    defrag_user = f"system:serviceaccount:{namespace}:gpupack-defrag"
+    if "gpupack-defrag-hold-writer" in policies:
+        (condition,) = policies["gpupack-defrag-hold-writer"]["spec"]["matchConditions"]
+        assert f"request.userInfo.username != '{defrag_user}'" in condition["expression"]
+    if "gpupack-defrag-hold-only" in policies:
+        (condition,) = policies["gpupack-defrag-hold-only"]["spec"]["matchConditions"]
+        assert condition["expression"] == f"request.userInfo.username == '{defrag_user}'"
     for binding in (o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"):
         assert binding["spec"]["policyName"] in policies and binding["spec"]["validationActions"] == ["Deny"]
 
@@ -472,9 +492,23 @@ def test_each_value_set_renders_what_its_values_say(renders: Renders, value_set:
     check_images(objects, values, version)
     check_namespaces(objects, values, value_set.namespace)
     check_admission_policies(objects, values, value_set.namespace)
+    check_defrag_arguments(objects, values)
     config = scheduler_config(objects)
     assert (config["apiVersion"], config["kind"]) == ("kubescheduler.config.k8s.io/v1", "KubeSchedulerConfiguration")
     assert all(o["metadata"]["labels"]["app.kubernetes.io/part-of"] == "gpupack" for o in objects)
+
+
+def check_defrag_arguments(objects: Objects, values: Mapping[str, Any]) -> None:
+    """The loop's arguments say what its values say: a dry run unless execute, its goals and namespace."""
+    if not values["defrag"]["enabled"]:
+        return
+    (container,) = find(objects, "Deployment", "gpupack-defrag")["spec"]["template"]["spec"]["containers"]
+    args, defrag = container["args"], values["defrag"]
+    assert args[:2] == ["defrag", "--loop"]
+    assert ("--execute" in args) == defrag["execute"]
+    assert [a.removeprefix("--goal=") for a in args if a.startswith("--goal=")] == defrag["goals"]
+    assert (f"--namespace={defrag['namespace']}" in args) == bool(defrag["namespace"])
+    assert f"--window-evictions={defrag['window']['evictions']}" in args
 
 
 def test_the_matrix_turns_every_switch_both_ways(renders: Renders) -> None:

@@ -17,6 +17,12 @@ The dry run prints that plan and evicts nothing. `--execute` evicts exactly the 
 Eviction API; their ReplicaSets recreate them, kube-scheduler binds the new pods through gpupack, and the
 two pending pods bind where the plan freed room. `guarded` and the bare pods are never touched.
 
+The loop (`gpupack defrag --loop --execute`, two processes as the deployment runs two replicas) runs as the
+ServiceAccount gpupack-defrag with a token the API server issued, under the RBAC of manifests/defrag/rbac.yaml
+and the hold policies of manifests/admission.yaml: one leads, it moves once and then its budget of one
+eviction a window is spent, so a second pending pod stays pending; stopped, it gives the Lease up, and the
+other replica, taking over, finds the window's eviction in the Lease and evicts nothing either.
+
 Pods carry `terminationGracePeriodSeconds: 0`: with no kubelet here a graceful deletion never completes
 (tests/e2e/test_preemption.py says why); with 0 the API server removes an evicted pod at once.
 """
@@ -24,19 +30,27 @@ Pods carry `terminationGracePeriodSeconds: 0`: with no kubelet here a graceful d
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import urllib.request
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
 from gpupack.cli import main
-from gpupack.harness.controlplane import ControlPlaneError, pod_body, wait_until
-from gpupack.harness.kube_programs import NEWEST, MissingBinary
+from gpupack.defrag.lease import ANNOTATION_EVICTIONS
+from gpupack.harness.controlplane import ControlPlaneError, free_port, pod_body, wait_until
+from gpupack.harness.kube_programs import NEWEST, REPO_ROOT, MissingBinary
 from gpupack.kube.keys import ANNOTATION_ASSIGNMENT, LABEL_MOVABLE
 from tests.e2e.catalogue import H100, dynamic_mig_node, whole_gpu_node
 from tests.e2e.conftest import missing_program
+from tests.e2e.impersonation import ApiAs
 from tests.e2e.realcluster import FullControlPlane
 
 SETTLE = 90.0  # s for a pod to bind, or to be recreated and bind
@@ -56,13 +70,16 @@ def plane() -> Iterator[FullControlPlane]:
 
 @pytest.fixture
 def namespace(plane: FullControlPlane) -> Iterator[str]:
-    """A fresh namespace; its ReplicaSets and pods are gone afterwards."""
+    """A fresh namespace; its ReplicaSets and pods, and the nodes named after it, are gone afterwards."""
     name = f"defrag-{uuid.uuid4().hex[:6]}"
     plane.create_namespace(name)
     yield name
     client.AppsV1Api(plane.api_client()).delete_collection_namespaced_replica_set(name)
     plane.delete_pods(name)
     plane.core().delete_namespace(name)
+    for node in plane.core().list_node().items:
+        if node.metadata.name.startswith(f"{name}-"):
+            plane.core().delete_node(node.metadata.name)
 
 
 def bound_pod(name: str, node: str, limits: dict[str, int], gpus: list[dict[str, Any]]) -> dict[str, Any]:
@@ -219,3 +236,155 @@ def summary(now: dict[str, dict[str, Any]]) -> dict[str, str]:
         assignment = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_ASSIGNMENT, "")
         out[name] = f"{pod['spec']['nodeName']} {assignment}" if pod["spec"].get("nodeName") else why
     return out
+
+
+# ------------------------------------------------------------------ the loop, as its ServiceAccount
+RELEASE_NAMESPACE = "gpupack-system"
+HOLD_POLICIES = {"gpupack-defrag-hold-writer", "gpupack-defrag-hold-only"}
+RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
+ADMISSION_API = "/apis/admissionregistration.k8s.io/v1"
+
+
+def collection(obj: dict[str, Any]) -> str:
+    """The URL path where the admin creates `obj`."""
+    namespace = obj["metadata"].get("namespace", "")
+    return {
+        "ServiceAccount": f"/api/v1/namespaces/{namespace}/serviceaccounts",
+        "ClusterRole": f"{RBAC_API}/clusterroles",
+        "ClusterRoleBinding": f"{RBAC_API}/clusterrolebindings",
+        "Role": f"{RBAC_API}/namespaces/{namespace}/roles",
+        "RoleBinding": f"{RBAC_API}/namespaces/{namespace}/rolebindings",
+        "ValidatingAdmissionPolicy": f"{ADMISSION_API}/validatingadmissionpolicies",
+        "ValidatingAdmissionPolicyBinding": f"{ADMISSION_API}/validatingadmissionpolicybindings",
+    }[obj["kind"]]
+
+
+def shipped_loop_authorization() -> list[dict[str, Any]]:
+    """The loop's ServiceAccount and RBAC (manifests/defrag) and the two hold policies (manifests/admission.yaml)."""
+    manifests = REPO_ROOT / "manifests"
+    objects = [d for name in ("serviceaccount.yaml", "rbac.yaml") for d in load(manifests / "defrag" / name)]
+    policies = [d for d in load(manifests / "admission.yaml") if d["metadata"]["name"] in HOLD_POLICIES]
+    assert len(policies) == 4, [p["metadata"]["name"] for p in policies]  # two policies, two bindings
+    return objects + policies
+
+
+def load(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+@pytest.fixture
+def loop_identity(plane: FullControlPlane, tmp_path: Path) -> Iterator[Path]:
+    """The loop's authorization in force, and a kubeconfig with a token of its ServiceAccount; removed after."""
+    admin = ApiAs(plane)
+    if admin.get(f"/api/v1/namespaces/{RELEASE_NAMESPACE}").status == 404:
+        plane.create_namespace(RELEASE_NAMESPACE)
+    created = shipped_loop_authorization()
+    try:
+        for obj in created:
+            answer = admin.post(collection(obj), obj)
+            assert answer.status in (201, 409), (obj["kind"], answer.body)
+        token_request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}
+        account = f"/api/v1/namespaces/{RELEASE_NAMESPACE}/serviceaccounts/gpupack-defrag"
+        issued = admin.post(f"{account}/token", token_request)
+        assert issued.status == 201, issued.body
+        yield token_kubeconfig(plane, tmp_path / "defrag-kubeconfig", issued.body["status"]["token"])
+    finally:
+        for obj in reversed(created):
+            admin.delete(f"{collection(obj)}/{obj['metadata']['name']}")
+        admin.delete(f"/apis/coordination.k8s.io/v1/namespaces/{RELEASE_NAMESPACE}/leases/gpupack-defrag")
+
+
+def token_kubeconfig(plane: FullControlPlane, path: Path, token: str) -> Path:
+    config = yaml.safe_load(plane.kubeconfig.read_text())
+    config["users"] = [{"name": "admin", "user": {"token": token}}]
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+class LoopProcess:
+    """`gpupack defrag --loop --execute` as a process of its own, with its metrics port and log."""
+
+    def __init__(self, kubeconfig: Path, namespace: str, log: Path) -> None:
+        self.port = free_port()
+        self.log = log
+        argv = [sys.executable, "-m", "gpupack.cli", "defrag", "--loop", "--execute", "--kubeconfig", str(kubeconfig)]
+        argv += ["-n", namespace, "--goal", "schedule-pending-pod", "--every", "1", "--window-evictions", "1"]
+        argv += ["--lease-namespace", RELEASE_NAMESPACE, "--metrics-port", str(self.port)]
+        self.process = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+    def metric(self, name: str, **labels: str) -> float:
+        """One sample of its /metrics (0 when absent)."""
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5).read().decode()
+        wanted = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.split(" ")[0] == wanted)
+
+    def leading(self) -> bool:
+        try:
+            return self.metric("gpupack_defrag_leader") == 1
+        except OSError:
+            return False  # not serving yet
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+def lease(plane: FullControlPlane) -> tuple[str, list[float]]:
+    """The defrag Lease's holder and the eviction times it records."""
+    answer = ApiAs(plane).get(f"/apis/coordination.k8s.io/v1/namespaces/{RELEASE_NAMESPACE}/leases/gpupack-defrag")
+    if answer.status != 200:
+        return "", []
+    annotations = answer.body["metadata"].get("annotations") or {}
+    return answer.body["spec"].get("holderIdentity") or "", json.loads(annotations.get(ANNOTATION_EVICTIONS, "[]"))
+
+
+def test_the_loop_moves_within_its_budget_as_its_service_account_and_hands_its_lease_over(
+    plane: FullControlPlane, namespace: str, loop_identity: Path, tmp_path: Path
+) -> None:
+    a, b, c = (f"{namespace}-{n}" for n in "abc")
+    for name in (a, b, c):
+        plane.create_node(whole_gpu_node(name, H100, 8, "on-demand", 40.0))
+    one_gpu = {"nvidia.com/gpu": 1}
+    owned_pod(plane, namespace, bound_pod("mover-a", a, one_gpu, [{"index": 0}]), one_gpu)
+    owned_pod(plane, namespace, bound_pod("mover-b", b, one_gpu, [{"index": 0}]), one_gpu)
+    plane.create_pod(namespace, bound_pod("pinned", c, {"nvidia.com/gpu": 6}, [{"index": g} for g in range(6)]))
+    for name in ("train-1", "train-2"):  # each needs a whole node: one move each, but the budget is one eviction
+        plane.create_pod(namespace, pod_body(name, {"nvidia.com/gpu": 8}))
+    before = {name: p["metadata"]["uid"] for name, p in pods(plane, namespace).items()}
+
+    loops = [LoopProcess(loop_identity, namespace, tmp_path / f"loop-{i}.log") for i in range(2)]
+    try:
+        wait_until("one replica to lead", lambda: sum(loop.leading() for loop in loops) == 1, SETTLE)
+        [leader] = [loop for loop in loops if loop.leading()]
+        [follower] = [loop for loop in loops if loop is not leader]
+
+        def one_bound() -> bool:
+            return sum(bool(pods(plane, namespace)[n]["spec"].get("nodeName")) for n in ("train-1", "train-2")) == 1
+
+        wait_until("one pending pod to bind", one_bound, SETTLE, interval=1.0)
+        wait_until("the leader to find its budget spent", lambda: leader.metric(
+            "gpupack_defrag_rounds_total", outcome="budget-spent") >= 3, SETTLE)  # fmt: skip
+        assert leader.metric("gpupack_defrag_evictions_total", outcome="evicted") == 1
+        holder, evictions = lease(plane)
+        assert holder and len(evictions) == 1
+
+        leader.stop()  # gives the Lease up: the follower takes over at its next try, not after the Lease's expiry
+        wait_until("the other replica to lead", follower.leading, 20)
+        assert lease(plane)[0] not in ("", holder)
+        wait_until("its rounds to find the budget spent", lambda: follower.metric(
+            "gpupack_defrag_rounds_total", outcome="budget-spent") >= 2, SETTLE)  # fmt: skip
+        assert follower.metric("gpupack_defrag_evictions_total", outcome="evicted") == 0
+    finally:
+        for loop in loops:
+            loop.stop()
+        logs = "\n".join(loop.log.read_text()[-3000:] for loop in loops)
+    after = pods(plane, namespace)
+    gone = {n for n in before if n not in after}
+    assert len(gone) == 1 and gone <= {"mover-a", "mover-b"}, (gone, logs)  # one eviction, of a movable pod
+    assert after["pinned"]["metadata"]["uid"] == before["pinned"]
+    still_pending = [n for n in ("train-1", "train-2") if not after[n]["spec"].get("nodeName")]
+    assert len(still_pending) == 1, summary(after)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +86,10 @@ def calls_in_code() -> set[tuple[str, str, str]]:
     return used | {SYNTHETIC[call] for call in used if call in SYNTHETIC}
 
 
-def calls_in(path: Path, custom: list[tuple[str, str]]) -> set[tuple[str, str, str]]:
-    """The calls of one file."""
+def calls_in(
+    path: Path, custom: list[tuple[str, str]], clients: Mapping[str, type] = CLIENTS
+) -> set[tuple[str, str, str]]:
+    """The calls of one file, whose `self.<attribute>` of `clients` are Kubernetes API clients."""
     tree = ast.parse(path.read_text())
     used: set[tuple[str, str, str]] = set()
     watched: set[int] = set()
@@ -94,7 +97,7 @@ def calls_in(path: Path, custom: list[tuple[str, str]]) -> set[tuple[str, str, s
         if isinstance(node, ast.Call) and _is_self_attr(node.func, "_watch"):
             watched.update(id(inner) for arg in node.args for inner in ast.walk(arg))
     for node in ast.walk(tree):
-        for attribute, api in CLIENTS.items():
+        for attribute, api in clients.items():
             if isinstance(node, ast.Attribute) and _is_self_attr(node.value, attribute):
                 used |= rbac_of_call(node.attr, id(node) in watched, api, custom)
     return used
@@ -109,13 +112,10 @@ def _is_self_attr(node: ast.AST, name: str) -> bool:
     )
 
 
-def granted() -> set[tuple[str, str, str]]:
-    """The (apiGroup, resource, verb) triples of the gpupack-extender ClusterRole."""
-    (role,) = [
-        d
-        for d in yaml.safe_load_all(RBAC.read_text())
-        if d and d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpupack-extender"
-    ]
+def granted(path: Path = RBAC, kind: str = "ClusterRole", name: str = "gpupack-extender") -> set[tuple[str, str, str]]:
+    """The (apiGroup, resource, verb) triples of a role of the manifests (the gpupack-extender ClusterRole)."""
+    documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    (role,) = [d for d in documents if d["kind"] == kind and d["metadata"]["name"] == name]
     rules: list[dict[str, Any]] = role["rules"]
     assert all(set(rule) == {"apiGroups", "resources", "verbs"} for rule in rules)
     return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}

@@ -65,7 +65,8 @@ def _docs(path: Path) -> list[dict[str, Any]]:
 
 COMPONENT_FOLDERS = ("agent",)  # kustomizations of their own, listed by folder (the node agent's DaemonSet)
 FILE_FOLDERS = ("grafana",)  # folders whose files kustomization.yaml lists one by one
-OPTIONAL_FOLDERS = ("dra",)  # components a user adds (the DRA gate, Kubernetes 1.36+): not in `apply -k manifests/`
+# what a user adds (the DRA gate, Kubernetes 1.36+; the defrag loop, off by default): not in `apply -k manifests/`
+OPTIONAL_FOLDERS = ("dra", "defrag")
 
 
 def _manifest_files() -> list[Path]:
@@ -201,6 +202,17 @@ def test_the_service_monitor_is_kept_apart_and_valid_in_shape() -> None:
     assert monitor["metadata"]["namespace"] == NAMESPACE
     (kustomization,) = _docs(MANIFESTS / "prometheus-operator" / "kustomization.yaml")
     assert kustomization["resources"] == ["servicemonitor.yaml"]
+
+
+def test_the_defrag_loop_is_kept_apart_as_a_dry_run_of_the_same_image() -> None:
+    folder = MANIFESTS / "defrag"
+    (kustomization,) = _docs(folder / "kustomization.yaml")
+    files = sorted(p.name for p in folder.glob("*.yaml") if p.name != "kustomization.yaml")
+    assert sorted(kustomization["resources"]) == files
+    assert kustomization["images"] == [{"name": IMAGE_NAME, "newName": IMAGE_NAME, "newTag": VERSION}]
+    (deployment,) = [d for d in _docs(folder / "deployment.yaml") if d["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:2] == ["defrag", "--loop"] and "--execute" not in args
 
 
 def test_cluster_file_is_a_v1_list() -> None:

@@ -11,6 +11,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 system:serviceaccount:{{ .Release.Namespace }}:gpupack-scheduler
 {{- end }}
 
+{{/* The defrag loop's ServiceAccount, as the API server names its user. */}}
+{{- define "gpupack.defragUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:gpupack-defrag
+{{- end }}
+
 {{- define "gpupack.agentUser" -}}
 system:serviceaccount:{{ .Values.agent.namespace }}:gpupack-agent
 {{- end }}
