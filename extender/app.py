@@ -165,8 +165,35 @@ class VerbEndpoint:
         return declared is None or not declared.isdigit() or int(declared) > self.settings.heavy_body_bytes
 
 
-def create_app(state: ClusterState, settings: Settings, metrics: Metrics | None = None) -> FastAPI:
-    """The extender's FastAPI application over `state`."""
+@dataclass
+class VerbsFirst:
+    """The extender's ASGI application: a POST to a verb goes straight to its endpoint, everything else
+    (health, metrics, the schema, errors of unknown paths and methods, the lifespan) to FastAPI.
+
+    The verbs answer every failure in their own terms, so FastAPI's middleware stack (its error page,
+    exception handlers, body limit, telemetry) adds nothing to them; it cost ~5 % of gpupack's CPU under
+    the real kube-scheduler (#32, bench/results/throughput.md).
+    """
+
+    app: FastAPI
+    verbs: dict[str, VerbEndpoint]
+
+    @property
+    def state(self) -> Any:
+        """FastAPI's `app.state` (the cluster state and the metrics)."""
+        return self.app.state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            endpoint = self.verbs.get(scope["path"])
+            if endpoint is not None:
+                await endpoint(scope, receive, send)
+                return
+        await self.app(scope, receive, send)  # type: ignore[arg-type]  # Starlette's own Scope aliases
+
+
+def create_app(state: ClusterState, settings: Settings, metrics: Metrics | None = None) -> VerbsFirst:
+    """The extender's ASGI application over `state` (`VerbsFirst` in front of FastAPI)."""
     metrics = metrics or Metrics(state, settings.metrics_max_age_seconds)
     heavy = verbs.HeavyGate(settings.max_heavy_in_flight)
     app = FastAPI(
@@ -193,7 +220,7 @@ def create_app(state: ClusterState, settings: Settings, metrics: Metrics | None 
             lambda reason: ExtenderBindingResult(error=reason).to_json(), state, settings, metrics,
         ),
     }  # fmt: skip
-    for verb, endpoint in endpoints.items():
+    for verb, endpoint in endpoints.items():  # FastAPI's routes too: the schema, and 405 for another method
         app.router.routes.append(Route(f"/{verb}", endpoint, methods=["POST"], name=verb))
 
     def openapi_schema() -> dict[str, Any]:
@@ -225,7 +252,7 @@ def create_app(state: ClusterState, settings: Settings, metrics: Metrics | None 
             text = await run_in_threadpool(metrics.render)
         return Response(content=text, media_type=CONTENT_TYPE)
 
-    return app
+    return VerbsFirst(app, {f"/{verb}": endpoint for verb, endpoint in endpoints.items()})
 
 
 async def within(work: Awaitable[bytes], seconds: float) -> bytes:

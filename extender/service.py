@@ -206,6 +206,7 @@ def uvicorn_config(app: object, settings: Settings, args: argparse.Namespace | N
         log_config=None,
         access_log=False,
         timeout_keep_alive=120,  # longer than Go's 90 s idle timeout: the client closes first
+        proxy_headers=False,  # kube-scheduler calls directly; no client address is used (a middleware less, #32)
         ssl_certfile=getattr(args, "tls_cert", None),
         ssl_keyfile=getattr(args, "tls_key", None),
     )

@@ -103,11 +103,14 @@ def wait_until(what: str, check: Callable[[], bool], timeout: float, interval: f
 class Process:
     """A program in its own process group, its output in a log file; kill() takes the whole group."""
 
-    def __init__(self, name: str, argv: list[str], log_path: Path, cwd: Path | None = None) -> None:
+    def __init__(
+        self, name: str, argv: list[str], log_path: Path, cwd: Path | None = None, env: Mapping[str, str] | None = None
+    ) -> None:
         self.name = name
         self.argv = argv
         self.log_path = log_path
         self.cwd = cwd
+        self.env = dict(env or {})  # on top of this process's environment
         self.popen: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Process:
@@ -119,7 +122,7 @@ class Process:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.cwd,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
                 start_new_session=True,
             )
         return self
@@ -229,6 +232,7 @@ class ControlPlane:
         self.scheduler_config_path = self.workdir / "scheduler-config.yaml"
         self._api_client: Any = None
         self.processes: list[Process] = []  # every one started, in order; stop() kills them in reverse
+        self.gpupack_env: dict[str, str] = {}  # set for `gpupack serve` on top of this process's environment
 
     # ------------------------------------------------ lifecycle
     def __enter__(self) -> ControlPlane:
@@ -343,7 +347,7 @@ class ControlPlane:
             "--port",
             str(self.gpupack_port),
         ]
-        self.gpupack = self._process("gpupack", argv, cwd=REPO_ROOT).start()
+        self.gpupack = self._process("gpupack", argv, cwd=REPO_ROOT, env=self.gpupack_env).start()
         self._wait_http("gpupack", f"http://{HOST}:{self.gpupack_port}/readyz", self.gpupack, timeout=timeout)
 
     def kill_gpupack(self) -> None:
@@ -487,8 +491,10 @@ class ControlPlane:
             raise ControlPlaneError("certificates are made by start()")
         return self.certs
 
-    def _process(self, name: str, argv: list[str], cwd: Path | None = None) -> Process:
-        process = Process(name, argv, self.workdir / f"{name}.log", cwd)
+    def _process(
+        self, name: str, argv: list[str], cwd: Path | None = None, env: Mapping[str, str] | None = None
+    ) -> Process:
+        process = Process(name, argv, self.workdir / f"{name}.log", cwd, env)
         self.processes.append(process)
         return process
 

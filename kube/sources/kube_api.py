@@ -9,9 +9,7 @@ Why raw JSON instead of the client's models: lists are requested with ``_preload
 parsed with orjson. A cluster can hold tens of thousands of pods; building the client's pydantic models
 for each and then turning them back into dicts (``sanitize_for_serialization``) costs seconds, and a field
 the pinned client does not know or validates too strictly would make a whole list fail. Watches go
-through ``kubernetes.watch.Watch`` with ``return_type=object`` for the same reasons: the client then
-keeps its own semantics (line splitting, resourceVersion tracking, ERROR handling) but hands over the
-object as the dict the server sent.
+through the client's list methods too, each line parsed once with orjson (``watch_stream.WatchStream``).
 """
 
 from __future__ import annotations
@@ -22,15 +20,16 @@ from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
 import orjson
-from kubernetes import client, config, watch
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from gpupack.kube.sources.errors import SourceError
 from gpupack.kube.sources.events import JsonObject
 from gpupack.kube.sources.kubeconfig import choose_kube_config, first_current_context
+from gpupack.kube.sources.lean_post import LeanPost
+from gpupack.kube.sources.watch_stream import WatchEvent, WatchStream
 
-WatchEvent = dict[str, Any]
 """A raw watch event: ``{"type": "ADDED"|"MODIFIED"|"DELETED"|"BOOKMARK"|"ERROR", "object": {...}}``."""
 
 HTTP_GONE = 410
@@ -209,10 +208,12 @@ class OfficialKubeApi:
         request_timeout: float = 60.0,
         read_grace: float = 30.0,
     ) -> None:
+        api_client = api_client if api_client is not None else client.ApiClient()
         self._core = client.CoreV1Api(api_client)
         self._events = client.EventsV1Api(api_client)
         self._policy = client.PolicyV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
+        self._post = LeanPost(api_client, (connect_timeout, request_timeout))
         self._page_size = page_size
         self._connect_timeout = connect_timeout
         self._request_timeout = (connect_timeout, request_timeout)
@@ -300,37 +301,20 @@ class OfficialKubeApi:
 
         The API server sets ``spec.nodeName`` and merges the Binding's ``metadata.annotations`` into
         the pod in one update (``BindingREST.setPodHostAndAnnotations``): nothing to undo on failure.
-        The response is not deserialized (``_preload_content=False``): the server answers with a
-        Status, which the client cannot turn into the declared V1Binding.
+        Sent as JSON bytes (``LeanPost``); the answer (a Status) is not read.
         """
-        body = client.V1Binding(
-            api_version="v1",
-            kind="Binding",
-            metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid, annotations=dict(annotations)),
-            target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
-        )
-        response = self._core.create_namespaced_pod_binding(
-            name,
-            namespace,
-            body,
-            _preload_content=False,
-            _request_timeout=self._request_timeout,
-        )
-        _drain(response)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid, "annotations": dict(annotations)},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        self._post("create_namespaced_pod_binding", orjson.dumps(body), namespace=namespace, name=name)
 
     def create_event(self, namespace: str, event: JsonObject) -> None:
-        """POST /apis/events.k8s.io/v1/namespaces/{namespace}/events (the response is not read)."""
-        body = client.EventsV1Event.from_dict(dict(event))
-        if body is None:
-            raise ValueError("an empty Event")
-        if body.event_time is not None and body.event_time.microsecond == 0:
-            # The client writes a datetime with isoformat(), which leaves out a zero fraction, and the
-            # API server's MicroTime wants exactly six digits: move such a time by one microsecond.
-            body.event_time = body.event_time.replace(microsecond=1)
-        response = self._events.create_namespaced_event(
-            namespace, body, _preload_content=False, _request_timeout=self._request_timeout
-        )
-        _drain(response)
+        """POST /apis/events.k8s.io/v1/namespaces/{namespace}/events, the event's JSON as it is (``LeanPost``;
+        its ``eventTime`` a MicroTime string, as ``extender.pod_events.micro_time`` writes it)."""
+        self._post("create_namespaced_event", orjson.dumps(dict(event)), namespace=namespace)
 
     def patch_event(self, namespace: str, name: str, patch: JsonObject) -> None:
         """PATCH /apis/events.k8s.io/v1/namespaces/{namespace}/events/{name} as a JSON merge patch."""
@@ -389,46 +373,6 @@ class OfficialKubeApi:
             timeout_seconds=timeout_seconds,
             request_timeout=(self._connect_timeout, timeout_seconds + self._read_grace),
         )
-
-
-class WatchStream:
-    """One watch request as an iterator of raw events ``{"type": ..., "object": dict}``.
-
-    Semantics of the installed client (kubernetes 37, ``watch.Watch.stream``): because a
-    ``timeout_seconds`` is given it never resumes by itself; an ERROR event with code 410 (or any other
-    code) is raised as ``ApiException(status=code)``. Older clients yielded ERROR events instead; those
-    are passed through unchanged (``object`` is then the Status dict), so callers handle both.
-    ``close()`` may be called from another thread to unblock a pending read.
-    """
-
-    def __init__(
-        self,
-        func: Callable[..., Any],
-        *,
-        resource_version: str,
-        timeout_seconds: int,
-        request_timeout: tuple[float, float],
-    ) -> None:
-        self._watch = watch.Watch(return_type=object)
-        self._events = self._watch.stream(
-            func,
-            resource_version=resource_version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=timeout_seconds,
-            _request_timeout=request_timeout,
-        )
-
-    def __iter__(self) -> WatchStream:
-        return self
-
-    def __next__(self) -> WatchEvent:
-        event = next(self._events)
-        raw = event.get("raw_object", event.get("object"))
-        return {"type": event["type"], "object": raw}
-
-    def close(self) -> None:
-        """Stop the watch; a read blocked in another thread returns promptly."""
-        self._watch.stop()
 
 
 class _ContinueExpired(Exception):

@@ -1,6 +1,8 @@
 """The gpupack-extender ClusterRole grants exactly the API calls the extender's code makes.
 
-The calls are read from the code, not listed by hand: every `self._core.<method>` (CoreV1Api),
+The calls are read from the code, not listed by hand: every `self._post("<method>", ...)` (a
+kube/sources/lean_post.py POST named after the generated method whose request it sends), every
+`self._core.<method>` (CoreV1Api),
 `self._events.<method>` (EventsV1Api), `self._policy.<method>` (PolicyV1Api) and `self._custom.<method>`
 (CustomObjectsApi) of kube/sources/kube_api.py and kube/sources/dra_writes.py (DRA's device chooser, #30:
 its custom objects calls are on ResourceClaims only) is resolved through the installed Kubernetes client to its
@@ -24,6 +26,7 @@ import yaml
 from kubernetes import client
 
 from gpupack.kube.sources.kube_api import DRA_KINDS, POD_GROUP_KINDS
+from gpupack.kube.sources.lean_post import LEAN_POSTS
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICE_COMPONENTS = ("gpupack", "scoring", "kube", "extender")  # the agent has RBAC of its own
@@ -97,6 +100,10 @@ def calls_in(
         if isinstance(node, ast.Call) and _is_self_attr(node.func, "_watch"):
             watched.update(id(inner) for arg in node.args for inner in ast.walk(arg))
     for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _is_self_attr(node.func, "_post"):  # a LeanPost, named by its method
+            assert isinstance(node.args[0], ast.Constant), "a LeanPost names its generated method as a literal"
+            method = str(node.args[0].value)
+            used |= rbac_of_call(method, False, LEAN_POSTS[method][0], custom)
         for attribute, api in clients.items():
             if isinstance(node, ast.Attribute) and _is_self_attr(node.value, attribute):
                 used |= rbac_of_call(node.attr, id(node) in watched, api, custom)
@@ -171,6 +178,12 @@ def test_no_other_kubernetes_api_client_in_the_service() -> None:
         "kube/sources/kube_api.py": set(api.__name__ for api in CLIENTS.values()),
         "kube/sources/dra_writes.py": {"CoreV1Api", "CustomObjectsApi"},
     }
+
+
+def test_each_lean_post_sends_to_the_path_of_the_generated_method_it_is_named_after() -> None:
+    for method, (api, path) in LEAN_POSTS.items():
+        match = _SERIALIZE.search(inspect.getsource(getattr(api, f"_{method}_serialize")))
+        assert match is not None and (match["method"], match["path"]) == ("POST", path), method
 
 
 def test_rbac_of_reads_the_client() -> None:

@@ -51,6 +51,7 @@ class CannedHttpApiServer:
                     "query": query,
                     "body": body,
                     "content_type": self.headers.get("Content-Type"),
+                    "authorization": self.headers.get("Authorization"),
                 }
                 server.requests.append(request)
                 status, payload = server.respond(request)
@@ -219,6 +220,24 @@ def test_create_binding_posts_a_binding_with_uid_and_annotations(server: CannedH
     }
 
 
+def test_a_lean_post_sends_json_with_the_clients_credentials_refreshed(server: CannedHttpApiServer) -> None:
+    """Binding and Event POSTs skip the generated methods (#32), not the client's auth: an expiring token is
+    refreshed by the configuration's hook before each request, as the generated methods do it."""
+    server.routes["POST", "/api/v1/namespaces/ml/pods/train/binding"] = (201, {"kind": "Status"})
+    configuration = client.Configuration(host=server.url)
+    configuration.api_key = {"authorization": "token-0"}
+    configuration.api_key_prefix = {"authorization": "Bearer"}
+    tokens = iter(["token-1", "token-2"])
+    configuration.refresh_api_key_hook = lambda c: c.api_key.update(authorization=next(tokens))
+    api = OfficialKubeApi(client.ApiClient(configuration))
+    api.create_binding("ml", "train", "uid-1", "gpu-3", {})
+    api.create_binding("ml", "train", "uid-1", "gpu-3", {})
+    assert [(r["content_type"], r["authorization"]) for r in server.requests] == [
+        ("application/json", "Bearer token-1"),
+        ("application/json", "Bearer token-2"),
+    ]
+
+
 def test_create_binding_conflict_raises(server: CannedHttpApiServer) -> None:
     conflict = {
         "kind": "Status",
@@ -229,7 +248,8 @@ def test_create_binding_conflict_raises(server: CannedHttpApiServer) -> None:
     server.routes["POST", "/api/v1/namespaces/ml/pods/train/binding"] = (409, conflict)
     with pytest.raises(ApiException) as info:
         official(server).create_binding("ml", "train", "uid-1", "gpu-3", {})
-    assert info.value.status == 409
+    assert (info.value.status, info.value.reason) == (409, "Conflict")
+    assert "already assigned" in str(info.value.body)
 
 
 def test_kubernetes_source_end_to_end_and_stop_interrupts_an_open_watch(server: CannedHttpApiServer) -> None:

@@ -1,0 +1,109 @@
+"""The throughput limit: the least a kube-scheduler extender can do, on the standard library alone (#32).
+
+A threaded `http.server` speaking HTTP/1.1 with keep-alive: `/filter` answers the first candidate, found by
+a byte search of the body (`bench.trivial_extender.filter_answer`); `/prioritize` answers no scores; `/bind`
+POSTs one pre-assembled Binding over a kept-alive TLS connection of its thread. No event loop, no
+framework, no state: what is left of a run's CPU is kube-scheduler's, the API server's and etcd's, so
+gpupack's pods/s against this one says how close gpupack is to the limit of the rig.
+
+    python -m gpupack.bench.minimal_extender --kubeconfig PATH --port PORT
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import http.server
+import ssl
+import threading
+from urllib.parse import urlsplit
+
+from gpupack.bench.trivial_extender import filter_answer
+from gpupack.kube.sources.kube_api import load_kube_config
+
+OK = b'{"Error":""}'
+
+
+class Binder:
+    """One kept-alive TLS connection to the API server per thread; a Binding POST per call."""
+
+    def __init__(self, kubeconfig: str) -> None:
+        configuration = load_kube_config(kubeconfig).configuration
+        self.api = urlsplit(configuration.host)
+        self.tls = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+        self.tls.load_cert_chain(configuration.cert_file, configuration.key_file)
+        self.connections = threading.local()
+
+    def bind(self, body: bytes) -> bytes:
+        """The Binding of ExtenderBindingArgs `body`, its fields cut out by byte search; the answer's Error."""
+        name, namespace, uid, node = (_string(body, key) for key in (b"PodName", b"PodNamespace", b"PodUID", b"Node"))
+        binding = (
+            b'{"apiVersion":"v1","kind":"Binding","metadata":{"name":"%s","namespace":"%s","uid":"%s"},'
+            b'"target":{"apiVersion":"v1","kind":"Node","name":"%s"}}' % (name, namespace, uid, node)
+        )
+        path = f"/api/v1/namespaces/{namespace.decode()}/pods/{name.decode()}/binding"
+        try:
+            status, _ = self._post(path, binding)
+        except OSError as exc:
+            self.connections.current = None
+            return b'{"Error":"%s"}' % type(exc).__name__.encode()
+        return OK if status < 300 else b'{"Error":"HTTP %d"}' % status
+
+    def _post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        connection = getattr(self.connections, "current", None)
+        if connection is None:
+            connection = http.client.HTTPSConnection(self.api.hostname, self.api.port, context=self.tls, timeout=30)
+            self.connections.current = connection
+        connection.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, response.read()
+
+
+def _string(body: bytes, key: bytes) -> bytes:
+    """The value of the JSON string field `key` (names, uids and node names need no unescaping)."""
+    start = body.find(b'"%s":"' % key) + len(key) + 4
+    return body[start : body.find(b'"', start)]
+
+
+def handler_for(binder: Binder) -> type[http.server.BaseHTTPRequestHandler]:
+    """The request handler class of a server that binds through `binder`."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as kube-scheduler's client expects
+        disable_nagle_algorithm = True  # else a keep-alive answer can wait ~40 ms for a delayed ACK
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.path == "/filter":
+                self._answer(filter_answer(body))
+            elif self.path == "/bind":
+                self._answer(binder.bind(body))
+            else:
+                self._answer(b"[]")
+
+        def do_GET(self) -> None:
+            self._answer(b'{"status":"ok"}')
+
+        def _answer(self, content: bytes) -> None:
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(content)
+            self.wfile.write(head + content)  # one write: headers and body in one segment
+
+        def log_message(self, format: str, *args: object) -> None:
+            """No access log: it would cost more than the answer."""
+
+    return Handler
+
+
+def main() -> None:
+    """Serve the minimal extender on 127.0.0.1 until interrupted."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), handler_for(Binder(args.kubeconfig)))
+    server.daemon_threads = True
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
