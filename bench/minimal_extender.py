@@ -1,7 +1,7 @@
 """The throughput limit: the least a kube-scheduler extender can do, on the standard library alone (#32).
 
 A threaded `http.server` speaking HTTP/1.1 with keep-alive: `/filter` answers the first candidate, found by
-a byte search of the body (`bench.trivial_extender.filter_answer`); `/prioritize` answers no scores; `/bind`
+a byte search of the body (`filter_answer`); `/prioritize` answers no scores; `/bind`
 POSTs one pre-assembled Binding over a kept-alive TLS connection of its thread. No event loop, no
 framework, no state: what is left of a run's CPU is kube-scheduler's, the API server's and etcd's, so
 gpupack's pods/s against this one says how close gpupack is to the limit of the rig.
@@ -18,10 +18,28 @@ import ssl
 import threading
 from urllib.parse import urlsplit
 
-from gpupack.bench.trivial_extender import filter_answer
 from gpupack.kube.sources.kube_api import load_kube_config
 
 OK = b'{"Error":""}'
+NO_NODE = b'{"NodeNames":[],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":"no candidates"}'
+
+
+def first_candidate(body: bytes) -> bytes | None:
+    """The first name of `NodeNames` (nodeCacheCapable: true), as its JSON string bytes."""
+    start = body.find(b'"NodeNames":[')
+    if start < 0:
+        return None
+    first = body.find(b'"', start + len(b'"NodeNames":['))
+    end = body.find(b'"', first + 1)
+    return body[first : end + 1] if 0 <= first < end else None
+
+
+def filter_answer(body: bytes) -> bytes:
+    """ExtenderFilterResult that keeps the first candidate only."""
+    name = first_candidate(body)
+    if name is None:
+        return NO_NODE
+    return b'{"NodeNames":[' + name + b'],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'
 
 
 class Binder:
@@ -43,13 +61,14 @@ class Binder:
         )
         path = f"/api/v1/namespaces/{namespace.decode()}/pods/{name.decode()}/binding"
         try:
-            status, _ = self._post(path, binding)
+            status, _ = self.post(path, binding)
         except OSError as exc:
             self.connections.current = None
             return b'{"Error":"%s"}' % type(exc).__name__.encode()
         return OK if status < 300 else b'{"Error":"HTTP %d"}' % status
 
-    def _post(self, path: str, body: bytes) -> tuple[int, bytes]:
+    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        """POST JSON `body` over this thread's kept-alive connection: (status, answer body). Raises OSError."""
         connection = getattr(self.connections, "current", None)
         if connection is None:
             connection = http.client.HTTPSConnection(self.api.hostname, self.api.port, context=self.tls, timeout=30)

@@ -14,50 +14,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import http.client
-import ssl
-import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 import orjson
 
-from gpupack.kube.sources.kube_api import load_kube_config
+from gpupack.bench.minimal_extender import Binder, filter_answer
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 JSON = [(b"content-type", b"application/json")]
-NO_NODE = b'{"NodeNames":[],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":"no candidates"}'
-
-
-def first_candidate(body: bytes) -> bytes | None:
-    """The first name of `NodeNames` (nodeCacheCapable: true), as its JSON string bytes."""
-    start = body.find(b'"NodeNames":[')
-    if start < 0:
-        return None
-    first = body.find(b'"', start + len(b'"NodeNames":['))
-    end = body.find(b'"', first + 1)
-    return body[first : end + 1] if 0 <= first < end else None
-
-
-def filter_answer(body: bytes) -> bytes:
-    """ExtenderFilterResult that keeps the first candidate only."""
-    name = first_candidate(body)
-    if name is None:
-        return NO_NODE
-    return b'{"NodeNames":[' + name + b'],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'
 
 
 class TrivialExtender:
     """An ASGI app: filter keeps the first candidate, bind posts the Binding."""
 
     def __init__(self, kubeconfig: str) -> None:
-        configuration = load_kube_config(kubeconfig).configuration
-        self.api = urlsplit(configuration.host)
-        self.tls = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
-        self.tls.load_cert_chain(configuration.cert_file, configuration.key_file)
-        self.connections = threading.local()
+        self.binder = Binder(kubeconfig)  # the minimal extender's: one kept-alive TLS connection per thread
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         """Serve one request (or the lifespan protocol)."""
@@ -88,20 +61,11 @@ class TrivialExtender:
             }
         )
         try:
-            status, answer = self._post(f"/api/v1/namespaces/{namespace}/pods/{name}/binding", binding)
+            status, answer = self.binder.post(f"/api/v1/namespaces/{namespace}/pods/{name}/binding", binding)
         except OSError as exc:  # the answer carries it to kube-scheduler, which retries the pod
-            self.connections.current = None
+            self.binder.connections.current = None
             return orjson.dumps({"Error": f"{type(exc).__name__}: {exc}"})
         return b'{"Error":""}' if status < 300 else orjson.dumps({"Error": f"HTTP {status}: {answer[:300]!r}"})
-
-    def _post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        connection = getattr(self.connections, "current", None)
-        if connection is None:
-            connection = http.client.HTTPSConnection(self.api.hostname, self.api.port, context=self.tls, timeout=30)
-            self.connections.current = connection
-        connection.request("POST", path, body=body, headers={"Content-Type": "application/json"})
-        response = connection.getresponse()
-        return response.status, response.read()
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

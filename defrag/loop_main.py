@@ -21,6 +21,8 @@ from prometheus_client import start_http_server
 from gpupack.defrag.cli import carry_plan, check_arguments, plan_snapshot
 from gpupack.defrag.lease import LeaseElector, OfficialLeases
 from gpupack.defrag.loop import DefragLoop, LoopSettings
+from gpupack.extender import logs
+from gpupack.extender.numba_cache import seed_numba_cache
 from gpupack.extender.settings import SettingsError
 from gpupack.kube.sources import SourceError, load_kube_config
 from gpupack.report.snapshot import read_live_cluster, report_settings
@@ -32,7 +34,8 @@ SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/
 
 def run_loop(args: argparse.Namespace) -> int:
     """Run the loop (exit 0 when stopped by a signal; 2 for unusable arguments, config or kubeconfig)."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure()  # JSON lines on stderr, as `gpupack serve` logs
+    seed_numba_cache()  # the image's compiled kernels: the first round does not compile for a minute
     try:
         loop = build_loop(args)
     except (SettingsError, SourceError, ValueError) as exc:

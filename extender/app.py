@@ -189,7 +189,7 @@ class VerbsFirst:
             if endpoint is not None:
                 await endpoint(scope, receive, send)
                 return
-        await self.app(scope, receive, send)  # type: ignore[arg-type]  # Starlette's own Scope aliases
+        await self.app(scope, receive, send)
 
 
 def create_app(state: ClusterState, settings: Settings, metrics: Metrics | None = None) -> VerbsFirst:

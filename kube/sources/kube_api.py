@@ -185,7 +185,7 @@ def load_kube_config(kubeconfig_path: str | None) -> client.ApiClient:
         hint = " (pass --kubeconfig or set $KUBECONFIG when outside a cluster)" if choice.in_cluster else ""
         raise SourceError(f"cannot load Kubernetes config from {choice.origin}{hint}: {exc}") from exc
     # Binds run in parallel worker threads; urllib3's default pool (5 per CPU) threw away a TLS
-    # connection per overflowing bind ("Connection pool is full", kube/THROUGHPUT.md).
+    # connection per overflowing bind ("Connection pool is full"; bench/results/throughput.md measures binds).
     configuration.connection_pool_maxsize = BIND_CONNECTIONS
     return client.ApiClient(configuration)
 

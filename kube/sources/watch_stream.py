@@ -99,7 +99,8 @@ def parse_event(line: bytes) -> WatchEvent | None:
         logger.warning("watch: a line that is not an event was skipped")
         return None
     if event["type"] == "ERROR":
-        status = event.get("object") if isinstance(event.get("object"), dict) else {}
+        found = event.get("object")
+        status: dict[str, Any] = found if isinstance(found, dict) else {}
         raise ApiException(status=status.get("code"), reason=f"{status.get('reason')}: {status.get('message')}")
     return {"type": event["type"], "object": event.get("object")}
 

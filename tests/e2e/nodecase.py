@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from gpupack.agent.podresources import KubeletPodResources
 from gpupack.harness.kube_programs import NEWEST, MissingBinary
 from gpupack.kube.pod_request import assignment_from_pod
 from gpupack.scoring.facts import GpuSlot
-from tests.e2e import images
+from tests.e2e import deploy, images
 from tests.e2e.conftest import missing_program
 from tests.e2e.deploy import FAKE_NVML_DIR, FAKE_NVML_FILE
 from tests.e2e.realcluster import FullControlPlane
@@ -319,3 +320,19 @@ def delete_all(cluster: NodeCluster, names: list[str]) -> None:
         cluster.delete(name)
     for name in names:
         wait_gone(cluster, name)
+
+
+@contextlib.contextmanager
+def manifests_node_cluster() -> Iterator[NodeCluster]:
+    """`running_node_cluster` with gpupack installed from the shipped manifests (deploy.py's overlay)."""
+    overlay = Path(tempfile.mkdtemp(prefix="gpupack-e2e-overlay-"))
+
+    def install(plane: FullControlPlane, gpupack_image: str) -> None:
+        folder = deploy.write_overlay(overlay, NEWEST.rsplit(".", 1)[0], gpupack_image, plane.apiserver_port)
+        deploy.apply(plane.kube_bin / "kubectl", plane.kubeconfig, folder)
+
+    try:
+        with running_node_cluster(install) as cluster:
+            yield cluster
+    finally:
+        shutil.rmtree(overlay, ignore_errors=True)

@@ -23,24 +23,24 @@ handed to two pods.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
 from gpupack.cli import main
-from gpupack.harness.kube_programs import NEWEST
 from gpupack.kube.keys import ANNOTATION_ASSIGNMENT, ANNOTATION_DEFRAG_HOLD, LABEL_MOVABLE
-from tests.e2e import deploy
-from tests.e2e.nodecase import NodeCluster, check_devices, delete_all, gpu_pod, running_node_cluster, wait_gone
-from tests.e2e.realcluster import FullControlPlane
+from tests.e2e.nodecase import (
+    NodeCluster,
+    check_devices,
+    delete_all,
+    gpu_pod,
+    manifests_node_cluster,
+    wait_gone,
+)
 from tests.e2e.realnode import wait_for
 
-MINOR = NEWEST.rsplit(".", 1)[0]
 GPU, MILLI = "nvidia.com/gpu", "gpupack.io/gpu-milli"
 WHOLE_GPUS = frozenset(range(4))  # GPUs 4 and 5 are MIG GPUs: no whole GPU nor share there
 SHARE = 250
@@ -51,17 +51,8 @@ GOAL = ("--goal", "schedule-pending-pod")
 @pytest.fixture(scope="module")
 def node_cluster() -> Iterator[NodeCluster]:
     """The plane, the real node and gpupack installed from the shipped manifests (as test_real_node.py)."""
-    overlay = Path(tempfile.mkdtemp(prefix="gpupack-e2e-overlay-"))
-
-    def install(plane: FullControlPlane, gpupack_image: str) -> None:
-        folder = deploy.write_overlay(overlay, MINOR, gpupack_image, plane.apiserver_port)
-        deploy.apply(plane.kube_bin / "kubectl", plane.kubeconfig, folder)
-
-    try:
-        with running_node_cluster(install) as cluster:
-            yield cluster
-    finally:
-        shutil.rmtree(overlay, ignore_errors=True)
+    with manifests_node_cluster() as cluster:
+        yield cluster
 
 
 def movable_replica_set(name: str, limits: dict[str, int]) -> client.V1ReplicaSet:

@@ -10,18 +10,13 @@ must equal its `gpupack.io/assignment` and what the kubelet's podresources API s
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpupack.harness.kube_programs import NEWEST
 from gpupack.kube.keys import ANNOTATION_ASSIGNMENT
-from tests.e2e import deploy
 from tests.e2e.impersonation import SCHEDULER, ApiAs, binding
 from tests.e2e.nodecase import (
     ENV_LINE,
@@ -34,29 +29,17 @@ from tests.e2e.nodecase import (
     expected_ids,
     gpu_pod,
     inject_xid,
+    manifests_node_cluster,
     reconfigure,
-    running_node_cluster,
 )
-from tests.e2e.realcluster import FullControlPlane
 from tests.e2e.realnode import container_log, wait_for
-
-MINOR = NEWEST.rsplit(".", 1)[0]
 
 
 @pytest.fixture(scope="module")
 def node_cluster() -> Iterator[NodeCluster]:
     """Everything above, for the module; torn down afterwards, whatever state it reached."""
-    overlay = Path(tempfile.mkdtemp(prefix="gpupack-e2e-overlay-"))
-
-    def install(plane: FullControlPlane, gpupack_image: str) -> None:
-        folder = deploy.write_overlay(overlay, MINOR, gpupack_image, plane.apiserver_port)
-        deploy.apply(plane.kube_bin / "kubectl", plane.kubeconfig, folder)
-
-    try:
-        with running_node_cluster(install) as cluster:
-            yield cluster
-    finally:
-        shutil.rmtree(overlay, ignore_errors=True)
+    with manifests_node_cluster() as cluster:
+        yield cluster
 
 
 def test_whole_gpus_shares_and_static_mig_start_with_exactly_their_assignment(node_cluster: NodeCluster) -> None:

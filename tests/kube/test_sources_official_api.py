@@ -228,7 +228,7 @@ def test_a_lean_post_sends_json_with_the_clients_credentials_refreshed(server: C
     configuration.api_key = {"authorization": "token-0"}
     configuration.api_key_prefix = {"authorization": "Bearer"}
     tokens = iter(["token-1", "token-2"])
-    configuration.refresh_api_key_hook = lambda c: c.api_key.update(authorization=next(tokens))
+    configuration.refresh_api_key_hook = lambda c: c.api_key.update(authorization=next(tokens))  # type: ignore[assignment]  # the client declares it None
     api = OfficialKubeApi(client.ApiClient(configuration))
     api.create_binding("ml", "train", "uid-1", "gpu-3", {})
     api.create_binding("ml", "train", "uid-1", "gpu-3", {})

@@ -39,7 +39,7 @@ def stream_of(response: Response, seen: list[dict[str, Any]] | None = None) -> W
 
 def test_events_split_across_chunks_are_joined_and_the_request_is_a_watch() -> None:
     segments = [b'{"type":"ADDED","object":{"metadata":{"na', b'me":"a"}}}\n{"type":"BOOKMARK",', b'"object":{}}\n\n']
-    response, seen = Response(segments), []
+    response, seen = Response(segments), list[dict[str, Any]]()
     events = list(stream_of(response, seen))
     assert events == [{"type": "ADDED", "object": {"metadata": {"name": "a"}}}, {"type": "BOOKMARK", "object": {}}]
     (kwargs,) = seen
