@@ -152,6 +152,9 @@ class _Planner:
             if resident.request is not None:
                 self.decider.observe(resident.request)
         self.residents = {r.key: r for r in residents}  # a moved pod leaves: it is not moved twice
+        self.by_node: dict[str, dict[str, Resident]] = {}  # the residents again, by node, in the same order
+        for resident in residents:
+            self.by_node.setdefault(resident.placement.node, {})[resident.key] = resident
         self.targets = np.zeros(self.scratch.size, dtype=np.bool_)
         for name in schedulable:
             row = self.scratch.index.get(name)
@@ -289,7 +292,9 @@ class _Planner:
     def _apply(self, move: Move) -> None:
         """Keep the move: the copy as after it, its pods out of the residents, the budget spent."""
         for eviction in move.evictions:
-            self.scratch.release(self.residents.pop(eviction.pod).placement)
+            resident = self.residents.pop(eviction.pod)
+            del self.by_node[resident.placement.node][resident.key]
+            self.scratch.release(resident.placement)
             self.scratch.commit(eviction.to)
         if move.placement is not None:
             self.scratch.commit(move.placement)
@@ -326,7 +331,7 @@ class _Planner:
 
     # ------------------------------------------------------------------ reading the copy
     def _on(self, node: str) -> list[Resident]:
-        return [r for r in self.residents.values() if r.placement.node == node]
+        return list(self.by_node.get(node, {}).values())
 
     def _movers_of(self, node: str) -> list[Resident]:
         """The node's residents that leave for it to be empty: all but its DaemonSets' pods."""
