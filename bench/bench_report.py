@@ -32,7 +32,18 @@ import orjson
 from gpupack.bench import job_cache, speed
 from gpupack.bench.churn_report import churn_section
 from gpupack.bench.equal_risk import ZERO_RISK
-from gpupack.bench.jobs import ChurnJob, CostJob, CostSpotJob, Job, MigJob, NvlinkJob, OpenbJob, Runnable, run_job
+from gpupack.bench.jobs import (
+    ChurnJob,
+    CostJob,
+    CostSpotJob,
+    Job,
+    LimitJob,
+    MigJob,
+    NvlinkJob,
+    OpenbJob,
+    Runnable,
+    run_job,
+)
 from gpupack.bench.markdown import update_readme
 from gpupack.bench.openb_report import openb_section, readme_block
 from gpupack.bench.report_text import preemption_text, render, seeds_text, soak_text
@@ -77,7 +88,7 @@ COST_POLICIES = ("gpupack", "gpupack[spot_avoid=0]", "kube-default", "best-fit")
 CHURN_POLICIES = ("gpupack", "first-fit", "best-fit", "kube-default", "fgd")
 SLOW_POLICIES = ("gpupack", "fgd")  # scheduled first so the pool ends evenly
 SECTIONS = ("openb", "churn", "mig", "nvlink", "cost", "speed")
-SCENARIO_SECTION = {"cost-spot": "cost"}  # job scenario -> report section, where they differ
+SCENARIO_SECTION = {"cost-spot": "cost", "limit": "openb"}  # job scenario -> report section, where they differ
 
 
 @dataclass(frozen=True)
@@ -90,6 +101,7 @@ class BenchConfig:
     openb_policies: tuple[str, ...] = OPENB_POLICIES
     openb_seeds: tuple[int, ...] = tuple(range(42, 52))
     openb_node_limit: int | None = None  # first N nodes of the openb node list (tiny runs)
+    limit_packing_traces: tuple[str, ...] = ("default",)  # where the limit also lays out an offline packing
     scenario_seeds: tuple[int, ...] = tuple(range(42, 52))
     scale: float = 1.0  # node counts of the MIG / NVLink / cost clusters
     cost_ratios: tuple[float, ...] = (1.0, 0.6)
@@ -159,6 +171,11 @@ def build_jobs(config: BenchConfig) -> list[Job]:
         OpenbJob(t, trace, policy, seed, config.openb_node_limit, stop_at_100=seed != first)
         for trace in config.openb_traces
         for policy in config.openb_policies
+        for seed in config.openb_seeds
+    ]
+    jobs += [  # the physical limit of the same seeds (bench.limit); the offline packing where asked
+        LimitJob(t, trace, seed, config.openb_node_limit, packing=trace in config.limit_packing_traces)
+        for trace in config.openb_traces
         for seed in config.openb_seeds
     ]
     s0 = config.scenario_seeds[0]
@@ -362,7 +379,9 @@ def run_report(config: BenchConfig, out: Path, log: Callable[[str], None] = lamb
     for r in results:
         by_scenario.setdefault(str(r["scenario"]), []).append(r)
     build = {
-        "openb": lambda: openb_section(by_scenario.get("openb", []), config.openb_traces, config.openb_policies, out),
+        "openb": lambda: openb_section(
+            by_scenario.get("openb", []), config.openb_traces, config.openb_policies, out, by_scenario.get("limit", [])
+        ),
         "churn": lambda: churn_section(by_scenario.get("churn", []), CHURN_POLICIES, out),
         "mig": lambda: mig_section(by_scenario.get("mig", []), [label for label, _, _ in MIG_RUNS], out),
         "nvlink": lambda: nvlink_section(by_scenario.get("nvlink", []), NVLINK_POLICIES, out),

@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1]
 # what a job's result depends on; the report's own modules (sections, text, plots) are left out
 CODE = ("scoring", "sim/simulate.py", "sim/churn.py", "bench/jobs.py", "sim/protocol.py",
         "sim/workload.py", "sim/packing_metrics.py", "sim/openb.py", "sim/load.py", "sim/scenarios.py",
-        "bench/equal_risk.py")  # fmt: skip
+        "bench/equal_risk.py", "bench/limit")  # fmt: skip
 
 
 @cache

@@ -89,6 +89,30 @@ class OpenbJob:
 
 
 @dataclass(frozen=True)
+class LimitJob:
+    """The physical limit of one openb seed (bench.limit): the pods an OpenbJob of the seed has seen by
+    arrived 100 %, the pattern-LP bound on unallocated GPU %, and with `packing` an offline packing."""
+
+    traces_dir: str
+    trace: str
+    seed: int
+    node_limit: int | None = None
+    packing: bool = False
+    scenario: str = "limit"
+    policy: str = "limit"  # read by the pool's ordering; the limit is no policy
+
+    def run(self) -> dict[str, object]:
+        from gpupack.bench.limit.solve import limit_of  # SciPy: the bench extra only
+
+        nodes = list(_nodes(str(Path(self.traces_dir) / NODE_LIST)))[: self.node_limit]
+        pods = list(_pods(str(Path(self.traces_dir) / pod_file(self.trace))))
+        arrived = prefix_to_arrived(fgd_order(pods, gpu_milli_capacity(nodes), self.seed), nodes, 100.0)
+        limit = limit_of([pod.request for pod in arrived], nodes, self.packing)
+        fields = {k: v for k, v in asdict(self).items() if k != "traces_dir"}
+        return {**fields, **limit.to_json()}
+
+
+@dataclass(frozen=True)
 class MigJob:
     """The openb default trace with shares as MIG profiles on the MIG cluster (dynamic or static-balanced)."""
 
@@ -219,7 +243,7 @@ class ChurnJob:
         return {**fields, "run": result.to_json(), "gpus_total": gpu_count(nodes)}
 
 
-Job = OpenbJob | MigJob | NvlinkJob | CostJob | CostSpotJob | ChurnJob
+Job = OpenbJob | LimitJob | MigJob | NvlinkJob | CostJob | CostSpotJob | ChurnJob
 
 
 class Runnable(Protocol):

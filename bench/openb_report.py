@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gpupack.bench import plots
 from gpupack.bench.markdown import Table
+from gpupack.bench.openb_limit import limit_seed_table, limit_table
 from gpupack.bench.paired import PerSeed, paired, spread
 from gpupack.bench.sections import (
     Result,
@@ -73,13 +74,19 @@ def unallocated(result: Result) -> float | None:
     return None if allocated is None else 100.0 - allocated
 
 
-def openb_section(results: Sequence[Result], traces: Sequence[str], policies: Sequence[str], out: Path) -> Section:
+def openb_section(
+    results: Sequence[Result], traces: Sequence[str], policies: Sequence[str], out: Path,
+    limits: Sequence[Result] = (),
+) -> Section:  # fmt: skip
     """Median unallocated GPU % at arrived 100 % per trace and policy, seed spread, the published figures,
-    gpupack against fgd per trace, and the findings against every baseline."""
+    gpupack against fgd per trace, the limit and each policy's gap to it, and the findings against every
+    baseline."""
     section = Section()
     by = group(results, "trace", "policy")
     values = {t: {p: per_seed(by[(t, p)], unallocated) for p in policies if by.get((t, p))} for t in traces}
     section.tables = {
+        "openb_limit": limit_table(values, limits, policies),
+        "openb_limit_seeds": limit_seed_table(values, limits),
         "openb_vs_fgd": robustness_table(values),
         "openb_unallocated": _trace_table(values, policies, lambda seeds: median(seeds.values())),
         "openb_spread": _trace_table(values, policies, lambda seeds: spread(seeds.values())),
@@ -89,6 +96,7 @@ def openb_section(results: Sequence[Result], traces: Sequence[str], policies: Se
     for trace in traces:
         compare(section, f"openb {trace}, unallocated GPU % at arrived 100 %", values[trace], higher_is_better=False)
     _plots(section, by, values, traces, policies, out)
+    section.data["limits"] = list(limits)
     section.data["runs"] = {
         f"{t}/{p}": [slim(run_of(r), keep_curve=i == 0) for i, r in enumerate(by[(t, p)])] for (t, p) in by
     }

@@ -107,6 +107,16 @@ def _header(config: Config, info: Mapping[str, object]) -> str:
     )
 
 
+LIMIT_TEXT = (
+    "The physical limit (`bench.limit`, docs/limit.md): for the pods each seed has seen by arrived = 100 %, "
+    "a pattern LP over node types (column generation, HiGHS through SciPy) bounds from below the unallocated "
+    "GPU % that any placement of them could reach, online or offline. `limit` is the median bound; `offline "
+    "packing` an achievable offline placement of the same pods built from the LP's patterns and committed pod "
+    "by pod to the simulator's inventory (run where listed); `<policy> gap` the median over seeds of the "
+    "policy's figure minus the same seed's bound (points of unallocated GPU %; 0 would be perfect)."
+)
+
+
 def _openb(config: Config, openb: Section) -> str:
     limit = config["openb_node_limit"]
     return (
@@ -121,6 +131,8 @@ def _openb(config: Config, openb: Section) -> str:
         "gpupack against fgd, per trace (IQR: the seed spread, p75 − p25; the paired columns take gpupack − fgd "
         "seed by seed; `verdict` is the sign test's):\n\n" + _tables(openb, "openb_vs_fgd")
         + "\n\nEvery policy, median:\n\n" + _tables(openb, "openb_unallocated")
+        + "\n\n" + LIMIT_TEXT + "\n\n" + _tables(openb, "openb_limit")
+        + "\n\nThe limit seed by seed (with gpupack and fgd):\n\n" + _tables(openb, "openb_limit_seeds")
         + "\n\nEvery policy, seed spread (IQR):\n\n" + _tables(openb, "openb_spread")
         + "\n\nThe published figures (ATC'23, median of 10 seeds; from the trace README):\n\n"
         + _tables(openb, "openb_paper")

@@ -220,6 +220,10 @@ def test_tiny_report_writes_every_file_and_every_table_number_is_in_the_json(tmp
             "speed_http.png", "mig_curves.png", "nvlink_curves.png", "openb_curves.png",
             "openb_gpupack_minus_fgd.png", "churn_over_time.png"} <= set(images)  # fmt: skip
     assert {"openb_vs_fgd", "openb_spread", "openb_paper"} <= set(saved["sections"]["openb"]["tables"])
+    limit_rows = saved["sections"]["openb"]["tables"]["openb_limit_seeds"]["rows"]
+    assert len(limit_rows) == 4  # two traces x two seeds
+    for _, _, bound, packing, gpupack, _, fgd, _ in limit_rows:  # no placement beats the bound
+        assert bound <= min(v for v in (packing, gpupack, fgd) if v is not None)
     assert {"churn", "churn_per_seed", "churn_rejected_by_profile"} <= set(saved["sections"]["churn"]["tables"])
     assert "sign test" in text and "## 2. MIG with churn" in text
     for name in images:
