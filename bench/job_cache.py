@@ -2,7 +2,8 @@
 what is new.
 
 A job's file is named by a hash of the job (its dataclass fields) and of the source of the code that
-decides its result (scoring/ and the simulator modules of bench/): change either and the job runs again.
+decides its result (scoring/ and the simulator modules of bench/; for the limit, bench/limit/ and what
+it reads): change either and the job runs again.
 """
 
 from __future__ import annotations
@@ -22,14 +23,19 @@ PACKAGE = Path(__file__).resolve().parents[1]
 # what a job's result depends on; the report's own modules (sections, text, plots) are left out
 CODE = ("scoring", "sim/simulate.py", "sim/churn.py", "bench/jobs.py", "sim/protocol.py",
         "sim/workload.py", "sim/packing_metrics.py", "sim/openb.py", "sim/load.py", "sim/scenarios.py",
-        "bench/equal_risk.py", "bench/limit")  # fmt: skip
+        "bench/equal_risk.py")  # fmt: skip
+# a limit job (bench.limit) is decided by no policy: by the LP, the workload, and the inventory its
+# offline packing commits to; so a policy change does not throw its results away
+LIMIT_CODE = ("bench/limit", "bench/jobs.py", "sim/protocol.py", "sim/workload.py", "sim/openb.py", "sim/load.py",
+              "sim/simulate.py", "scoring/facts.py", "scoring/request.py", "scoring/inventory.py",
+              "scoring/geometry.py")  # fmt: skip
 
 
 @cache
-def code_fingerprint() -> str:
-    """Hash of the source files in CODE (sorted, contents and names)."""
+def code_fingerprint(code: tuple[str, ...] = CODE) -> str:
+    """Hash of the source files in `code` (sorted, contents and names)."""
     digest = hashlib.sha256()
-    for entry in CODE:
+    for entry in code:
         path = PACKAGE / entry
         files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
         for file in files:
@@ -42,7 +48,8 @@ def code_fingerprint() -> str:
 def job_path(folder: Path, job: Job) -> Path:
     """Where `job`'s result is (or will be) kept."""
     fields = orjson.dumps(dataclasses.asdict(job), option=orjson.OPT_SORT_KEYS)
-    key = hashlib.sha256(type(job).__name__.encode() + fields + code_fingerprint().encode()).hexdigest()[:24]
+    code = code_fingerprint(LIMIT_CODE if getattr(job, "scenario", "") == "limit" else CODE)
+    key = hashlib.sha256(type(job).__name__.encode() + fields + code.encode()).hexdigest()[:24]
     return folder / f"{getattr(job, 'scenario', 'job')}-{key}.json"
 
 

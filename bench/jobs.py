@@ -60,6 +60,15 @@ def prefix_to_arrived(order: list[TracePod], nodes: list[NodeFacts], pct: float)
     return order
 
 
+def openb_workload(
+    traces_dir: str, trace: str, seed: int, node_limit: int | None
+) -> tuple[list[NodeFacts], list[TracePod], list[TracePod]]:
+    """The openb nodes (the first `node_limit`), the trace's pods, and the seed's FGD order of them."""
+    nodes = list(_nodes(str(Path(traces_dir) / NODE_LIST)))[:node_limit]
+    pods = list(_pods(str(Path(traces_dir) / pod_file(trace))))
+    return nodes, pods, fgd_order(pods, gpu_milli_capacity(nodes), seed)
+
+
 def _base(job: Job, result: RunResult, extra: dict[str, object]) -> dict[str, object]:
     """The job's fields (but its input folder), the run as `simulate --json` reports it, and `extra`."""
     fields = {k: v for k, v in asdict(job).items() if k != "traces_dir"}
@@ -79,9 +88,7 @@ class OpenbJob:
     scenario: str = "openb"
 
     def run(self) -> dict[str, object]:
-        nodes = list(_nodes(str(Path(self.traces_dir) / NODE_LIST)))[: self.node_limit]
-        pods = list(_pods(str(Path(self.traces_dir) / pod_file(self.trace))))
-        workload = fgd_order(pods, gpu_milli_capacity(nodes), self.seed)
+        nodes, pods, workload = openb_workload(self.traces_dir, self.trace, self.seed, self.node_limit)
         order = prefix_to_arrived(workload, nodes, 100.0) if self.stop_at_100 else workload
         policy = make_policy(self.policy, workload)
         result = run_once(Trace(nodes, pods), order, policy, self.seed, ends_at_130=not self.stop_at_100)
@@ -104,9 +111,8 @@ class LimitJob:
     def run(self) -> dict[str, object]:
         from gpupack.bench.limit.solve import limit_of  # SciPy: the bench extra only
 
-        nodes = list(_nodes(str(Path(self.traces_dir) / NODE_LIST)))[: self.node_limit]
-        pods = list(_pods(str(Path(self.traces_dir) / pod_file(self.trace))))
-        arrived = prefix_to_arrived(fgd_order(pods, gpu_milli_capacity(nodes), self.seed), nodes, 100.0)
+        nodes, _, workload = openb_workload(self.traces_dir, self.trace, self.seed, self.node_limit)
+        arrived = prefix_to_arrived(workload, nodes, 100.0)
         limit = limit_of([pod.request for pod in arrived], nodes, self.packing)
         fields = {k: v for k, v in asdict(self).items() if k != "traces_dir"}
         return {**fields, **limit.to_json()}

@@ -150,3 +150,11 @@ def test_best_fill_is_the_exhaustive_best(seed: int) -> None:
 def test_best_fill_refuses_items_without_a_size() -> None:
     with pytest.raises(ValueError, match="positive size"):
         best_fill([0], [1.0], 3)
+
+
+def test_every_file_a_limit_job_is_keyed_on_exists_and_no_policy_module_is_among_them() -> None:
+    from gpupack.bench import job_cache
+
+    for entry in (*job_cache.CODE, *job_cache.LIMIT_CODE):
+        assert (job_cache.PACKAGE / entry).exists(), entry
+    assert not {"scoring", "scoring/policies.py", "scoring/kernels.py", "scoring/mix.py"} & set(job_cache.LIMIT_CODE)
