@@ -42,8 +42,8 @@ class Limit:
 
 
 def unallocated_pct(placed_milli: float, gpus: int) -> float:
-    """Unallocated GPU % when `placed_milli` of `gpus` GPUs is allocated."""
-    return 100.0 - 100.0 * placed_milli / (gpus * MILLI_PER_GPU)
+    """Unallocated GPU % when `placed_milli` of `gpus` GPUs is allocated (a plain float, also for NumPy's)."""
+    return float(100.0 - 100.0 * placed_milli / (gpus * MILLI_PER_GPU))
 
 
 def limit_of(requests: Sequence[PodRequest], nodes: Sequence[NodeFacts], packing: bool) -> Limit:

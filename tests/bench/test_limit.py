@@ -7,6 +7,7 @@ import itertools
 from collections.abc import Sequence
 
 import numpy as np
+import orjson
 import pytest
 
 from gpupack.bench.limit.instance import build_instance
@@ -125,6 +126,7 @@ def test_cpu_and_models_bound_what_the_gpus_could_hold() -> None:
     limit = limit_of(pods, [node("a", "A", 2, cpu=8000), node("b", "B", 2)], packing=True)
     assert limit.bound == pytest.approx(unallocated_pct(1.6 * MILLI_PER_GPU, 4))
     assert limit.packing == pytest.approx(unallocated_pct(MILLI_PER_GPU, 4))
+    assert orjson.loads(orjson.dumps(limit.to_json()))["bound_unallocated"] == round(limit.bound, 4)  # plain floats
     without_cpu = limit_of([whole(1, products=frozenset({"A"}))] * 2, [node("a", "A", 2), node("b", "B", 2)], True)
     assert without_cpu.bound == pytest.approx(50.0) and without_cpu.packing == pytest.approx(50.0)
 
