@@ -182,6 +182,7 @@ from gpupack.scoring.layout import (
     W_MODEL,
     W_ORDER,
     W_PACK,
+    W_SHARE_SLACK,
     W_SPOT,
     W_SPOT_AVOID,
     W_TOPO,
@@ -866,13 +867,30 @@ def share_frag_after(n, geometry, gpus, mix, cache, j, milli_req, free_before, c
     )
 
 
+@helper
+def share_slack(left, milli_req, slack_weight, mix_w, mix_task):
+    """What a share of `milli_req` on a plain GPU with `left` milli free adds to the fragmentation after it
+    (units; reference: `share_slack`): `slack_weight` times the milli the GPU keeps beyond the largest
+    share type of the mix that still fits there, i.e. what even the best-matching next share would strand."""
+    if slack_weight == 0.0:
+        return 0.0
+    rest = left - milli_req
+    fit = 0
+    for t in range(len(mix_w)):
+        size = mix_task[t, TASK_MILLI]
+        if mix_w[t] > 0.0 and mix_task[t, TASK_KIND] == KIND_SHARE and fit < size <= rest:
+            fit = size
+    return slack_weight * ((rest - fit) * MILLI_UNIT)
+
+
 @per_node
 def share_choice(
     n, geometry, gpus, mix, cache, scratch, pick_rule, milli_req, noise, plain_mask, free_before, frag_before,
-    cpu_after, mem_after,
+    cpu_after, mem_after, weights,
 ):
     """A share (reference: `share_pick`): the plain GPU with `milli_req` free that the policy's `pick_rule`
-    (PICK_*) prefers, into scratch slot 0; returns (verdict, free units after, fragmentation after)."""
+    (PICK_*) prefers, into scratch slot 0; returns (verdict, free units after, fragmentation after, with
+    `share_slack` under PICK_LEAST_FRAG)."""
     model, mode, compute_total, base, count = geometry
     milli_a = gpus[GPU_MILLI]
     hosts = 0
@@ -917,6 +935,7 @@ def share_choice(
                 key = sigmoid_score(frag_before, f_after)
                 better = best_j < 0 or key > best_key
             else:  # least fragmentation, then the tightest GPU
+                f_after += share_slack(left, milli_req, weights[W_SHARE_SLACK], mix[MIX_WEIGHT], mix[MIX_TASK])
                 key = -f_after
                 better = best_j < 0 or key > best_key or (key == best_key and left < best_left)
             if better:
@@ -1204,7 +1223,7 @@ def evaluate_node(n, nodes, gpus, models, request, ask, mix, policy, noise, max_
         slots = 1
         verdict, free_after, frag_after = share_choice(
             n, geometry, gpus, mix, cache, scratch, rules[RULE_SHARE], ask[REQ_MILLI], noise, plain_mask,
-            free_before, frag_before, cpu_after, mem_after,
+            free_before, frag_before, cpu_after, mem_after, policy[POLICY_WEIGHTS],
         )
     elif kind == KIND_WHOLE:
         slots = ask[REQ_GPUS]

@@ -118,9 +118,9 @@ class LearnedMix(WorkloadMix):
     """A decayed histogram of the request shapes seen so far, over a small prior.
 
     Each observation adds weight 1 (plus `gpu_weight` per whole GPU it asks for, so rare large jobs
-    still count) to its shape after every older weight has decayed by 2^(-1/half_life), so the mix
-    follows the workload as it drifts. The kernels get the most
-    weighted shapes that cover `coverage` of the total (at most MAX_TYPES).
+    still count; all of it times `whole_weight` for a whole-GPU request) to its shape after every older
+    weight has decayed by 2^(-1/half_life), so the mix follows the workload as it drifts. The kernels
+    get the most weighted shapes that cover `coverage` of the total (at most MAX_TYPES).
     """
 
     def __init__(
@@ -132,9 +132,11 @@ class LearnedMix(WorkloadMix):
         refresh_every: int = 64,
         gpu_weight: float = 0.0,
         with_memory: bool = False,
+        whole_weight: float = 1.0,
     ) -> None:
         super().__init__([], [])
         self._gpu_weight = gpu_weight
+        self._whole_weight = whole_weight
         self._with_memory = with_memory
         self._decay = 0.5 ** (1.0 / half_life)
         self._scale = 1.0  # weights are stored divided by the accumulated decay
@@ -148,7 +150,9 @@ class LearnedMix(WorkloadMix):
         """Count one request; the kernel view is refreshed every `refresh_every` observations."""
         self._scale /= self._decay
         key = TaskType.of(request, with_memory=self._with_memory)
-        weight = 1.0 + self._gpu_weight * (request.gpus if request.kind == Kind.WHOLE else 0)
+        weight = 1.0
+        if request.kind == Kind.WHOLE:
+            weight = self._whole_weight * (1.0 + self._gpu_weight * request.gpus)
         self._counts[key] = self._counts.get(key, 0.0) + weight * self._scale
         if self._scale > 1e100:
             self._counts = {k: v / self._scale for k, v in self._counts.items() if v / self._scale > 1e-12}

@@ -54,6 +54,9 @@ class GpupackWeights(BaseModel):
     price: float = Field(1.0, ge=0, description="avoid switching on expensive idle nodes")
     order: float = Field(3.2, ge=0, description="prefer nodes early in a fixed order (consolidation), in GPUs")
     frag_step: float = Field(0.0, ge=0, description="round fragmentation growth to this many GPUs")
+    share_slack: float = Field(
+        0.0, ge=0, description="fragmentation per milli a share leaves beyond the largest share type that fits"
+    )
 
 
 class GpupackArgs(BaseModel):
@@ -68,6 +71,7 @@ class GpupackArgs(BaseModel):
     mix_prior_weight: float = Field(1.0, ge=0, description="pseudo-requests spread over the prior shapes")
     mix_gpu_weight: float = Field(0.0, ge=0, description="extra weight per whole GPU a request asks for")
     mix_with_memory: bool = Field(True, description="tell task types apart by memory request too")
+    mix_whole_weight: float = Field(1.0, gt=0, description="weight of a whole-GPU request in the mix")
 
 
 @dataclass
@@ -161,6 +165,7 @@ def gpupack(args: GpupackArgs | None = None) -> PolicySpec:
         k.W_COST: w.price,
         k.FRAG_STEP: w.frag_step,
         k.W_ORDER: w.order,
+        k.W_SHARE_SLACK: w.share_slack,
     }
     mix = LearnedMix(
         default_prior(),
@@ -169,6 +174,7 @@ def gpupack(args: GpupackArgs | None = None) -> PolicySpec:
         coverage=args.mix_coverage,
         gpu_weight=args.mix_gpu_weight,
         with_memory=args.mix_with_memory,
+        whole_weight=args.mix_whole_weight,
     )
     spot_forbid = int(args.forbid_spot_for_non_interruptible)
     row = POLICY_TABLE["gpupack"]

@@ -56,6 +56,7 @@ from gpupack.scoring.layout import (
     W_MODEL,
     W_ORDER,
     W_PACK,
+    W_SHARE_SLACK,
     W_SPOT,
     W_SPOT_AVOID,
     W_TOPO,
@@ -402,6 +403,7 @@ class _Picked:
     chosen: list[int] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
     topo: float = 1.0
+    extra_frag: float = 0.0  # what the policy adds to the fragmentation after (`share_slack`)
 
 
 def hardware_verdict(node: Node, ctx: _Context) -> int:
@@ -457,7 +459,7 @@ def evaluate(node: Node, ctx: _Context, noise: float) -> Outcome:
         return Outcome(picked)
     free_before = sum(free_units(node, gpu) for gpu in node.gpus)
     free_after = sum(free_units(node, gpu) for gpu in picked.after)
-    frag_after = trial.frag(picked.after)
+    frag_after = trial.frag(picked.after) + picked.extra_frag
     parts = weighted_parts(trial, free_before, free_after, frag_after, picked.topo)
     score = 0.0
     for value in parts.values():
@@ -487,10 +489,25 @@ def share_pick(trial: _Trial, noise: float) -> _Picked | int:
     elif rule == PICK_FGD:  # the highest FGD score, lowest index on ties
         pick = min(hosts, key=lambda j: (-fgd_score(trial.frag_before, trial.frag(shared(j))), j))
     elif rule == PICK_LEAST_FRAG:  # least fragmentation, then the tightest GPU, then lowest index
-        pick = min(hosts, key=lambda j: (trial.frag(shared(j)), before[j].milli, j))
+        extra = {j: share_slack(trial, before[j].milli) for j in hosts}
+        pick = min(hosts, key=lambda j: (trial.frag(shared(j)) + extra[j], before[j].milli, j))
+        return _Picked(shared(pick), [pick], [-1], extra_frag=extra[pick])
     else:  # PICK_BEST_FIT: the tightest GPU, lowest index on ties
         pick = min(hosts, key=lambda j: (before[j].milli, j))
     return _Picked(shared(pick), [pick], [-1])
+
+
+def share_slack(trial: _Trial, left: int) -> float:
+    """What the share adds to the fragmentation after it on a GPU with `left` milli free (kernels:
+    `share_slack`): W_SHARE_SLACK times the milli left beyond the largest share type of the mix that
+    still fits there."""
+    slack = float(trial.ctx.policy.params[W_SHARE_SLACK])
+    if slack == 0.0:
+        return 0.0
+    rest = left - trial.ctx.request.milli
+    sizes = [e.task.milli for e in trial.mix if e.weight > 0.0 and e.task.kind == Kind.SHARE]
+    fit = max((size for size in sizes if size <= rest), default=0)
+    return slack * ((rest - fit) * MILLI_UNIT)
 
 
 def whole_pick(trial: _Trial) -> _Picked | int:

@@ -249,12 +249,16 @@ def make_policy(name: str, stream: list[PodRequest]) -> PolicySpec:
         spec = gpupack()
         spec.mix = LearnedMix(default_prior(), refresh_every=1)
         return spec
+    if name == "gpupack-slack":  # #33's candidate knobs on: share slack, whole-GPU requests lighter in the mix
+        spec = gpupack(GpupackArgs(mix_whole_weight=0.5, weights=GpupackWeights(share_slack=1.0, fragmentation=2.5)))
+        spec.mix = LearnedMix(default_prior(), refresh_every=1, whole_weight=0.3)
+        return spec
     if name == "kube-default+sets":
         return baseline("kube-default", topology_sets=True)
     return baseline(name)
 
 
-ALL_POLICIES = [*POLICY_NAMES, "gpupack-tuned", "gpupack-eager", "kube-default+sets"]
+ALL_POLICIES = [*POLICY_NAMES, "gpupack-tuned", "gpupack-eager", "gpupack-slack", "kube-default+sets"]
 
 # ---------------------------------------------------------------------------------------- checks
 
