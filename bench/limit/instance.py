@@ -1,9 +1,7 @@
 """A packing instance in the terms of the pattern LP: GPU shapes with their counts, node types with theirs.
 
-A shape is one GPU ask with one CPU and memory request: pods of a shape are interchangeable. The LP
-holds each node's CPU and memory for the whole-GPU pods of a node pattern, but for shares only the node
-type's CPU and memory in total; that relaxes the problem, so the bound stays valid, while the LP still sees
-which node types have the CPU and memory for which pods.
+A shape is one GPU ask with one CPU and memory request: pods of a shape are interchangeable. A node type
+is one GPU model and count with one CPU and memory: its nodes are interchangeable.
 """
 
 from __future__ import annotations
@@ -70,16 +68,6 @@ class Instance:
     def gpus(self) -> int:
         """GPUs in the cluster."""
         return sum(t.gpus * n for t, n in self.node_types.items())
-
-    @property
-    def products(self) -> list[str]:
-        """The GPU models of the cluster, sorted."""
-        return sorted({t.product for t in self.node_types})
-
-    @property
-    def demand_milli(self) -> int:
-        """GPU milli the pods ask for in all."""
-        return sum(s.milli * n for s, n in self.wholes.items()) + sum(s.milli * n for s, n in self.shares.items())
 
 
 def accepts(products: Products, product: str) -> bool:

@@ -13,10 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, linprog, milp
+from scipy.optimize import Bounds, LinearConstraint, milp
 
 from gpupack.bench.limit.instance import Instance, NodeType, accepts
 from gpupack.bench.limit.pattern_lp import GIB, REDUCED_COST_TOLERANCE, GpuPattern
+from gpupack.bench.limit.restricted import RestrictedLp
 
 MAX_ROUNDS = 300
 PRICING_SECONDS = 5.0
@@ -52,12 +53,8 @@ class NodeLp:
         self.wholes, self.shares = list(instance.wholes), list(instance.shares)
         self.pools = {t: [p for p in gpu_patterns if self._fits_type(p, t)] for t in self.types}
         self.items = {t: self._items(t) for t in self.types}
-        self.rhs = np.array([*instance.node_types.values(), *instance.wholes.values(), *instance.shares.values()],
-                            dtype=float)  # fmt: skip
-        self.patterns: list[FullPattern] = []
-        self.known: set[FullPattern] = set()
-        self.columns: list[np.ndarray] = []
-        self.values: list[float] = []
+        rhs = [*instance.node_types.values(), *instance.wholes.values(), *instance.shares.values()]
+        self.lp: RestrictedLp[FullPattern] = RestrictedLp("node LP", np.array(rhs, dtype=float))
         for t in self.types:
             self.add(FullPattern(t, (0,) * len(self.wholes), (0,) * len(self.pools[t])))
 
@@ -88,17 +85,14 @@ class NodeLp:
 
     def add(self, pattern: FullPattern) -> None:
         """Take `pattern` into the restricted problem."""
-        column = np.zeros(len(self.rhs))
+        column = np.zeros(len(self.lp.rhs))
         column[self.types.index(pattern.node_type)] = 1
         value = 0
         for item, count in zip(self.items[pattern.node_type], pattern.wholes + pattern.gpus, strict=True):
             for row, pods in item.rows:
                 column[row] += pods * count
             value += item.milli * count
-        self.patterns.append(pattern)
-        self.known.add(pattern)
-        self.columns.append(column)
-        self.values.append(float(value))
+        self.lp.take(pattern, column, value)
 
     def price(self, prices: np.ndarray, node_type: NodeType) -> tuple[float, FullPattern]:
         """The column of `node_type` with the largest reduced cost (HiGHS within PRICING_SECONDS)."""
@@ -110,7 +104,7 @@ class NodeLp:
             0.0 if no else item.milli - sum(prices[row] * pods for row, pods in item.rows)
             for item, no in zip(items, blocked, strict=True)
         ])  # fmt: skip
-        empty = self.patterns[self.types.index(node_type)]
+        empty = self.lp.patterns[self.types.index(node_type)]
         if not (values > REDUCED_COST_TOLERANCE).any():
             return -prices[self.types.index(node_type)], empty
         upper = [0 if no or item.gpus > node_type.gpus else node_type.gpus // item.gpus
@@ -130,20 +124,12 @@ class NodeLp:
         pattern = FullPattern(node_type, counts[: len(self.wholes)], counts[len(self.wholes) :])
         return -float(result.fun) - prices[self.types.index(node_type)], pattern
 
-    def solve_lp(self) -> np.ndarray:
-        """The restricted LP's row prices."""
-        a, values = np.column_stack(self.columns), np.array(self.values)
-        result = linprog(-values, A_ub=a, b_ub=self.rhs, bounds=(0, None), method="highs")
-        if result.status != 0:
-            raise RuntimeError(f"node LP: {result.message}")
-        return -np.asarray(result.ineqlin.marginals, dtype=float)
-
     def generate(self) -> None:
         """Column generation until no type offers a column with a positive reduced cost."""
         for _ in range(MAX_ROUNDS):
-            prices = self.solve_lp()
+            _, prices = self.lp.solve()
             new = [p for reduced, p in (self.price(prices, t) for t in self.types)
-                   if reduced > REDUCED_COST_TOLERANCE and p not in self.known]  # fmt: skip
+                   if reduced > REDUCED_COST_TOLERANCE and p not in self.lp.known]  # fmt: skip
             if not new:
                 return
             for pattern in new:
@@ -151,11 +137,4 @@ class NodeLp:
 
     def integer_choice(self, seconds: float) -> dict[FullPattern, int]:
         """How many nodes take each generated column: HiGHS's best integer answer within `seconds`."""
-        a, values = np.column_stack(self.columns), np.array(self.values)
-        result = milp(
-            -values, constraints=LinearConstraint(a, -np.inf, self.rhs), integrality=np.ones(len(values)),
-            bounds=Bounds(0, np.inf), options={"time_limit": seconds, "mip_rel_gap": 1e-5},
-        )  # fmt: skip
-        if result.x is None:
-            return {}
-        return {p: int(n) for p, n in zip(self.patterns, np.rint(result.x).astype(int), strict=True) if n > 0}
+        return self.lp.integer_choice(seconds)

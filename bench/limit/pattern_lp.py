@@ -25,10 +25,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import linprog
 
 from gpupack.bench.limit.instance import Instance, NodeType, ShareShape, WholeShape, accepts
 from gpupack.bench.limit.knapsack import best_fill
+from gpupack.bench.limit.restricted import RestrictedLp
 from gpupack.scoring.request import MILLI_PER_GPU
 
 MAX_ROUNDS = 500
@@ -104,20 +104,14 @@ class _Master:
     def __init__(self, instance: Instance) -> None:
         self.instance = instance
         self.rows = _Rows(instance)
+        self.lp: RestrictedLp[Pattern] = RestrictedLp("pattern LP", self.rows.rhs)
         empty = (0,) * len(self.rows.wholes)
-        self.patterns: list[Pattern] = []
-        self.known: set[Pattern] = set()
-        self.columns: list[np.ndarray] = []
-        self.values: list[float] = []
         self.add([NodePattern(t, empty) for t in self.rows.types])
 
     def add(self, patterns: list[Pattern]) -> None:
         """Take `patterns` into the restricted LP."""
         for pattern in patterns:
-            self.patterns.append(pattern)
-            self.known.add(pattern)
-            self.columns.append(self.column(pattern))
-            self.values.append(float(self.value(pattern)))
+            self.lp.take(pattern, self.column(pattern), self.value(pattern))
 
     def value(self, pattern: Pattern) -> int:
         """The milli one use of `pattern` places."""
@@ -140,14 +134,6 @@ class _Master:
             column[supply_row] = 1
             column[cpu_row], column[memory_row] = _requests(rows.shares, pattern.shares)
         return column
-
-    def solve(self) -> tuple[float, np.ndarray]:
-        """The restricted LP's optimum and the row prices (duals, all ≥ 0)."""
-        a, values = np.column_stack(self.columns), np.array(self.values)
-        result = linprog(-values, A_ub=a, b_ub=self.rows.rhs, bounds=(0, None), method="highs")
-        if result.status != 0:
-            raise RuntimeError(f"pattern LP: {result.message}")
-        return -float(result.fun), -np.asarray(result.ineqlin.marginals, dtype=float)
 
 
 def _node_pricing(rows: _Rows, prices: np.ndarray, node_type: NodeType) -> tuple[float, NodePattern]:
@@ -197,7 +183,7 @@ def _price_all(master: _Master, prices: np.ndarray) -> tuple[list[Pattern], floa
         ):
             if reduced > 0:
                 slack += reduced * uses
-            if reduced > REDUCED_COST_TOLERANCE and pattern not in master.known:
+            if reduced > REDUCED_COST_TOLERANCE and pattern not in master.lp.known:
                 found.append(pattern)
     return found, slack
 
@@ -209,11 +195,11 @@ def solve_bound(instance: Instance) -> LimitBound:
     bound, lp_value, rounds = math.inf, 0.0, 0
     while rounds < MAX_ROUNDS:
         rounds += 1
-        lp_value, prices = master.solve()
+        lp_value, prices = master.lp.solve()
         new, slack = _price_all(master, prices)
         bound = min(bound, float(prices @ master.rows.rhs) + slack)
         if not new:
             break
         master.add(new)
-    gpu_patterns = [p for p in master.patterns if isinstance(p, GpuPattern)]
-    return LimitBound(bound, lp_value, gpu_patterns, rounds, len(master.patterns), time.perf_counter() - started)
+    gpu_patterns = [p for p in master.lp.patterns if isinstance(p, GpuPattern)]
+    return LimitBound(bound, lp_value, gpu_patterns, rounds, len(master.lp.patterns), time.perf_counter() - started)
