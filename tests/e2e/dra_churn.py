@@ -14,14 +14,14 @@ retried. Every deletion waits until the controller has deleted the pod's claim, 
 same capacity at each step. After each step the run records on how many GPUs the largest profiles
 (TRACKED) could still be allocated and what `dra_cluster.legality` finds (which must stay nothing).
 
-`python -m tests.e2e.dra_churn [--arm upstream] [--seeds 0-41]` runs seeds on a fresh control plane and
-prints one line per seed (how MIX and TARGET were chosen: upstream must reject some arrivals).
+The script itself is `sim.dra_script`'s, whose replay in the simulator chose the rigs and run lengths.
+`python -m tests.e2e.dra_churn [--arm upstream] [--seeds 0-41] [--rig 4x8] [--events 300]` runs seeds on a
+fresh control plane and prints one line per seed; `--compare` runs both arms and writes the report.
 """
 
 from __future__ import annotations
 
 import argparse
-import random
 import time
 import uuid
 from collections import Counter
@@ -32,6 +32,7 @@ from pathlib import Path
 from gpupack.bench.paired import sign_test
 from gpupack.harness.controlplane import ControlPlane
 from gpupack.harness.kube_programs import NEWEST
+from gpupack.sim.dra_script import MIX, PROFILES, TARGET, Event, Rig, churn_events
 from tests.e2e.dra_cluster import (
     GATE_LABEL,
     Inventory,
@@ -53,55 +54,19 @@ from tests.e2e.dra_cluster import (
 )
 
 ARMS = ("upstream", "gpupack")
-PROFILES = ("1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
-MIX = (0.45, 0.15, 0.15, 0.10, 0.15)  # how often an arrival asks each of PROFILES
-SLICES = {"1g.10gb": 1, "2g.20gb": 2, "3g.40gb": 3, "4g.40gb": 4, "7g.80gb": 7}  # compute slices of each
-TARGET = 0.9  # the script keeps what it holds under this share of the compute slices, so rejections are
-# what fragmentation costs, not a full cluster
-EVENTS = 100  # events per seed (the report's run: 200)
-CHOSEN_ON = (  # what seeds 0-41 showed, 100 events each, 2026-11-27
-    "100 events a seed: rejected upstream 167, gpupack 102, gpupack fewer on 30 seeds and more on 8; "
-    "4g.40gb placeable on more GPUs with gpupack on all 42; hence 200 events a seed for the report"
+CHECK_RIG = Rig(2, 4)  # `make e2e`'s run (test_dra.py): small, so it stays quick
+REPORT_RIG = Rig(4, 8)  # the report's run: HGX-size nodes of 8 GPUs
+EVENTS = 100  # events per seed on CHECK_RIG
+REPORT_EVENTS = 300  # events per seed on REPORT_RIG
+CHOSEN_ON = (  # how MIX, TARGET, the rigs and the run lengths were chosen: seeds 0-41 only
+    "on 2 nodes x 4, 100 events a seed through the real scheduler, upstream rejected 167 claims and gpupack 102, "
+    "gpupack fewer on 30 seeds and more on 8 (2026-11-27); the simulator's replay of the same scripts "
+    "(`python -m gpupack.sim.dra_script`, gpupack's figure equal to the real run's) with 5 draws of upstream's "
+    "random node ties a seed: 200 events on 2 x 4, gpupack fewer / equal / more on 182 / 21 / 7 of the 210 "
+    "(seed, draw) pairs; 300 events on 4 nodes x 8, 207 / 3 / 0; hence the report's run on 4 x 8"
 )
-NODES, GPUS = 2, 4  # fake H100 nodes and GPUs per node
 TRACKED = ("7g.80gb", "4g.40gb")  # profiles whose placeability is recorded after every step
 RUN_LABEL = "gpupack.io/e2e-churn"  # on the run's nodes; its pods select them
-
-
-@dataclass(frozen=True)
-class Event:
-    """Arrival `arrival` (its pod asks `profile`), or its departure."""
-
-    arrival: int
-    profile: str
-    departs: bool = False
-
-    @property
-    def pod(self) -> str:
-        return f"a{self.arrival:03d}-{self.profile.replace('.', '-')}"
-
-
-def churn_events(seed: int, events: int = EVENTS) -> list[Event]:
-    """The seed's script: each event is an arrival drawn from MIX, unless with it the pods the script holds
-    would ask more than TARGET of the cluster's compute slices: then a random one of them departs (a
-    departure of an arrival that the arm rejected is a no-op there)."""
-    rng = random.Random(seed)
-    room = TARGET * NODES * GPUS * 7
-    script: list[Event] = []
-    live: list[Event] = []
-    arrivals = 0
-    next_profile = rng.choices(PROFILES, MIX)[0]
-    for _ in range(events):
-        if live and sum(SLICES[e.profile] for e in live) + SLICES[next_profile] > room:
-            leaving = live.pop(rng.randrange(len(live)))
-            script.append(Event(leaving.arrival, leaving.profile, departs=True))
-            continue
-        event = Event(arrivals, next_profile)
-        arrivals += 1
-        script.append(event)
-        live.append(event)
-        next_profile = rng.choices(PROFILES, MIX)[0]
-    return script
 
 
 @dataclass
@@ -110,6 +75,7 @@ class ChurnResult:
 
     arm: str
     seed: int
+    rig: Rig
     arrivals: Counter[str] = field(default_factory=Counter)  # by profile
     rejected: Counter[str] = field(default_factory=Counter)  # by profile
     fragmented: Counter[str] = field(default_factory=Counter)  # rejected while a GPU had the counters, misplaced
@@ -125,7 +91,7 @@ class ChurnResult:
 
     def mean_gpus(self, profile: str) -> float:
         """Mean fraction of the GPUs that could take `profile` after a step."""
-        return self.placeable_gpus[profile] / (self.steps * NODES * GPUS) if self.steps else 0.0
+        return self.placeable_gpus[profile] / (self.steps * self.rig.nodes * self.rig.gpus) if self.steps else 0.0
 
     def line(self) -> str:
         """One line for logs and reports."""
@@ -138,22 +104,22 @@ class ChurnResult:
         )
 
 
-def run_churn(plane: ControlPlane, arm: str, seed: int, events: list[Event] | None = None) -> ChurnResult:
-    """Run the seed's script on `arm` on fresh nodes and a fresh namespace of `plane`; removes both after."""
+def run_churn(plane: ControlPlane, arm: str, seed: int, script: Sequence[Event], rig: Rig) -> ChurnResult:
+    """Run seed `seed`'s `script` on `arm` on fresh nodes of `rig` and a fresh namespace of `plane`; removes
+    both after."""
     if arm not in ARMS:
         raise ValueError(f"arm must be one of {ARMS}, not {arm!r}")
-    script = churn_events(seed) if events is None else events
     short = uuid.uuid4().hex[:5]
     namespace, prefix = f"churn-{arm}-{seed}-{short}", f"c{short}"
-    nodes = [f"{prefix}-h100-{i}" for i in range(NODES)]
+    nodes = [f"{prefix}-h100-{i}" for i in range(rig.nodes)]
     if arm == "gpupack":
         start_gpupack_arm(plane)
     plane.create_namespace(namespace, {GATE_LABEL: "enabled"} if arm == "gpupack" else None)
     install_device_classes(plane)
     create_templates(plane, namespace, [mig_template(p) for p in PROFILES])
     for node in nodes:
-        create_gpu_node(plane, node, dynamic_mig_slices(node, GPUS), {RUN_LABEL: prefix})
-    result = ChurnResult(arm, seed)
+        create_gpu_node(plane, node, dynamic_mig_slices(node, rig.gpus), {RUN_LABEL: prefix})
+    result = ChurnResult(arm, seed, rig)
     started = time.monotonic()
     live: set[str] = set()
     try:
@@ -206,12 +172,14 @@ def start_gpupack_arm(plane: ControlPlane) -> None:
     apply_gate_policy(plane)
 
 
-def compare(plane: ControlPlane, seeds: Iterable[int], events: int = EVENTS) -> list[tuple[ChurnResult, ChurnResult]]:
-    """Both arms on each seed's script of `events` events, upstream first: (upstream, gpupack) per seed."""
+def compare(
+    plane: ControlPlane, seeds: Iterable[int], events: int = EVENTS, rig: Rig = CHECK_RIG
+) -> list[tuple[ChurnResult, ChurnResult]]:
+    """Both arms on each seed's script of `events` events on `rig`, upstream first: (upstream, gpupack) per seed."""
     pairs = []
     for seed in seeds:
-        script = churn_events(seed, events)
-        pairs.append((run_churn(plane, "upstream", seed, script), run_churn(plane, "gpupack", seed, script)))
+        script = churn_events(seed, events, rig)
+        pairs.append((run_churn(plane, "upstream", seed, script, rig), run_churn(plane, "gpupack", seed, script, rig)))
     return pairs
 
 
@@ -221,21 +189,23 @@ def report(pairs: Sequence[tuple[ChurnResult, ChurnResult]], machine_line: str, 
     wins = sum(g < u for u, g in rejected)
     losses = sum(g > u for u, g in rejected)
     mix = ", ".join(f"{p} {m:.0%}" for p, m in zip(PROFILES, MIX, strict=True))
+    rig = pairs[0][0].rig
     lines = [
         "# DRA through the real kube-scheduler: upstream first fit against gpupack (#30 item 4)",
         "",
-        f"`python -m tests.e2e.dra_churn --compare --seeds {pairs[0][0].seed}-{pairs[-1][0].seed} --events {events}`. "
+        f"`python -m tests.e2e.dra_churn --compare --rig {rig.nodes}x{rig.gpus} "
+        f"--seeds {pairs[0][0].seed}-{pairs[-1][0].seed} --events {events}`. "
         f"{machine_line}",
         "",
         f"Real kube-scheduler, kube-apiserver and kube-controller-manager {NEWEST} (DRA on, as by default), "
-        f"{NODES} fake H100 nodes x {GPUS} GPUs in DynamicMIG, published as NVIDIA's driver publishes them "
+        f"{rig.nodes} fake H100 nodes x {rig.gpus} GPUs in DynamicMIG, published as NVIDIA's driver publishes them "
         f"(tests/e2e/dra_cluster.py). Each seed is a script of {events} events: arrivals of pods asking one MIG "
         f"instance through a ResourceClaimTemplate (mix {mix}), "
         f"and departures that keep what the script holds under {TARGET:.0%} of the compute slices. "
         "**upstream**: plain pods, kube-scheduler's DRA allocator chooses. **gpupack**: the same pods in a namespace "
         "the shipped MutatingAdmissionPolicy gates; gpupack allocates the claims, kube-scheduler binds. An arrival "
-        "that ends Unschedulable is rejected and deleted (no retry). Mix, load and run length were chosen on seeds "
-        f"0-41 with both arms ({CHOSEN_ON}); these seeds were not used for any choice. Upstream breaks ties "
+        "that ends Unschedulable is rejected and deleted (no retry). Mix, load, rig and run length were chosen on "
+        f"seeds 0-41 ({CHOSEN_ON}); these seeds were not used for any choice. Upstream breaks ties "
         "between equally scored nodes at random, so its numbers vary from run to run.",
         "",
         f"**Rejected claims: upstream {sum(u for u, _ in rejected)}, gpupack {sum(g for _, g in rejected)}.** "
@@ -267,13 +237,16 @@ def main() -> None:
     parser.add_argument("--compare", action="store_true", help="both arms per seed, and the report")
     parser.add_argument("--out", default="bench/results/dra-churn-e2e.md", help="the report (with --compare)")
     parser.add_argument("--seeds", default="0-41", help="FIRST-LAST")
-    parser.add_argument("--events", type=int, default=EVENTS, help="events per seed's script")
+    parser.add_argument("--events", type=int, default=REPORT_EVENTS, help="events per seed's script")
+    parser.add_argument("--rig", default=f"{REPORT_RIG.nodes}x{REPORT_RIG.gpus}", help="NODESxGPUS")
     args = parser.parse_args()
     first, _, last = args.seeds.partition("-")
     seeds = range(int(first), int(last or first) + 1)
+    nodes, _, gpus = args.rig.partition("x")
+    rig = Rig(int(nodes), int(gpus))
     with FullControlPlane() as plane:
         if args.compare:
-            pairs = compare(plane, seeds, args.events)
+            pairs = compare(plane, seeds, args.events, rig)
             for up, gp in pairs:
                 print(up.line(), gp.line(), sep="\n", flush=True)
             run = machine()
@@ -283,7 +256,7 @@ def main() -> None:
             return
         totals: Counter[str] = Counter()
         for seed in seeds:
-            result = run_churn(plane, args.arm, seed, churn_events(seed, args.events))
+            result = run_churn(plane, args.arm, seed, churn_events(seed, args.events, rig), rig)
             totals.update(result.rejected)
             print(result.line(), flush=True)
             for violation in result.violations:
