@@ -9,7 +9,9 @@ infeasible node's reason names them); then the winner, the runner-up and the par
 A pod that fits nowhere is also explained as the preempt verb would answer for it (#28): on each node,
 the pods gpupack would evict (the cheapest set by `scoring.preemption`'s rule) and the placement that
 frees, cheapest node first, or why no set works there. A group member (#29) gets its group: members, and
-the group's plan or why it has none (extender.explain_group).
+the group's plan or why it has none (extender.explain_group). A pod with ResourceClaims (#30) gets its claims:
+each one's allocation, and gpupack's plan for the others or why kube-scheduler allocates them
+(extender.explain_claims); its node table is then the claims' node, where kube-scheduler must put it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 import orjson
 
 from gpupack.extender.decisions import Evaluation
+from gpupack.extender.explain_claims import JsonObject, claims_node, claims_section, claims_text
 from gpupack.extender.explain_group import group_section, group_text
 from gpupack.extender.explain_source import Loaded, load_from_cluster, load_from_files
 from gpupack.extender.settings import SettingsError, load_settings
@@ -56,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     except (SettingsError, SourceError, ValueError) as exc:
         print(f"gpupack explain: {exc}", file=sys.stderr)
         return 2
-    report = explain(loaded.state, loaded.pod)
+    report = explain(loaded.state, loaded.pod, loaded.claims)
     report["source"] = loaded.source
     if args.json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -79,10 +82,13 @@ def load(args: argparse.Namespace) -> Loaded:
     return load_from_cluster(settings, args.kubeconfig, pod, getattr(args, "namespace", None))
 
 
-def explain(state: ClusterState, pod: dict[str, Any]) -> dict[str, Any]:
+def explain(state: ClusterState, pod: dict[str, Any], claims: dict[str, JsonObject] | None = None) -> dict[str, Any]:
     """The explanation as a JSON-ready dict: pod, where it is bound (if it is), chosen node and
-    placement, the winner's margin over the runner-up, per-node verdicts."""
-    evaluation = state.evaluate(pod)
+    placement, the winner's margin over the runner-up, per-node verdicts; `claims`: the cluster's
+    ResourceClaims by `namespace/name`, for a pod that uses some."""
+    claimed = claims_section(state, pod, claims or {})
+    node = claims_node(claimed)
+    evaluation = state.evaluate(pod, [node] if node else None)
     placement = evaluation.decision.placement if evaluation.decision else None
     parts = parts_of(state, evaluation)
     excluded = state.excluded_gpus()
@@ -102,6 +108,7 @@ def explain(state: ClusterState, pod: dict[str, Any]) -> dict[str, Any]:
         "nodes": [asdict(verdict) for verdict in verdicts],
         "preemption": preempting,
         "group": group_section(state, pod, evaluation.request),
+        "claims": claimed,
     }
 
 
@@ -196,7 +203,9 @@ def render_text(report: dict[str, Any]) -> str:
                                         if report["bound_to"] else "")]  # fmt: skip
     if report["error"]:
         lines.append(f"request error: {report['error']}")
-    if report["chosen"]:
+    if report["chosen"] and report.get("claims") and not report["placement"]["gpus"]:
+        lines.append(f"chosen: {report['chosen']}  (its GPUs come through its claims, below)")
+    elif report["chosen"]:
         gpus = orjson.dumps(report["placement"]["gpus"]).decode()
         lines.append(f"chosen: {report['chosen']}  gpus: {gpus}")
     else:
@@ -210,6 +219,7 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append(f"{n['node']:<{width}}  {n['verdict']:<12}  {score:>9}  {why}".rstrip())
     lines += preemption_text(report.get("preemption"))
     lines += group_text(report.get("group"))
+    lines += claims_text(report.get("claims"))
     return "\n".join(line for line in lines if line) + "\n"
 
 

@@ -4,12 +4,13 @@ Both fill a `ClusterState` through the very events the extender applies: the clu
 `ClusterFileSource`, a live cluster through the list calls and event mapping of
 `KubernetesSource` (`node_spec` / `pod_spec`: same requests, same live-pod rule). The pod being
 explained is left out of the cluster in both, so a bound pod is explained as if it were placed now,
-its own GPUs free again.
+its own GPUs free again. The DRA objects (ResourceSlices, ResourceClaims, DeviceClasses) come along where the
+cluster serves them, and the ResourceClaims are kept by `namespace/name` for the pod's claims section.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubernetes import config as kube_config
@@ -21,7 +22,9 @@ from gpupack.extender.settings import Settings
 from gpupack.extender.state import ClusterState
 from gpupack.kube.pods import pod_is_terminal, pod_key
 from gpupack.kube.sources import (
+    DRA_KINDS,
     ClusterFileSource,
+    DraApi,
     Event,
     EventHandler,
     JsonObject,
@@ -33,8 +36,9 @@ from gpupack.kube.sources import (
     load_cluster_objects,
     load_kube_config,
 )
+from gpupack.kube.sources.events import dra_key
 from gpupack.kube.sources.kubeconfig import KubeConfigChoice, choose_kube_config, first_current_context
-from gpupack.kube.sources.kubernetes_source import node_spec, pod_spec
+from gpupack.kube.sources.kubernetes_source import KindSpec, dra_spec, node_spec, pod_spec
 
 IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -46,6 +50,7 @@ class Loaded:
     state: ClusterState
     pod: JsonObject
     source: str
+    claims: dict[str, JsonObject] = field(default_factory=dict)  # ResourceClaims by namespace/name (#30)
 
 
 def load_from_files(settings: Settings, cluster_file: str, pod_file: str) -> Loaded:
@@ -53,7 +58,8 @@ def load_from_files(settings: Settings, cluster_file: str, pod_file: str) -> Loa
     pod = load_pod_file(pod_file)
     state = ClusterState(settings)
     ClusterFileSource(cluster_file, _without(pod_key(pod), state)).start()
-    return Loaded(state, pod, f"cluster file {cluster_file}")
+    claims = {dra_key(obj): obj for obj in load_cluster_objects(cluster_file).dra if obj.get("kind") == "ResourceClaim"}
+    return Loaded(state, pod, f"cluster file {cluster_file}", claims)
 
 
 def load_pod_file(path: str) -> JsonObject:
@@ -70,33 +76,60 @@ def load_from_cluster(settings: Settings, kubeconfig: str | None, ref: str, name
     choice = choose_kube_config(kubeconfig)
     key = pod_ref_key(ref, namespace or context_namespace(choice))
     api = OfficialKubeApi(load_kube_config(kubeconfig), request_timeout=30.0)
-    state, pod = load_live(settings, api, key)
-    return Loaded(state, pod, f"cluster of {choice.origin}")
+    state, pod, claims = load_live(settings, api, key)
+    return Loaded(state, pod, f"cluster of {choice.origin}", claims)
 
 
-def load_live(settings: Settings, api: KubeApi, key: str) -> tuple[ClusterState, JsonObject]:
-    """One list of Nodes and one of Pods, applied as `KubernetesSource` applies its first lists; the
-    pod `key` (`namespace/name`) is returned instead of applied. SourceError when it is missing or done."""
+def load_live(settings: Settings, api: KubeApi, key: str) -> tuple[ClusterState, JsonObject, dict[str, JsonObject]]:
+    """One list of Nodes, one of Pods and one of each DRA kind the cluster serves, applied as
+    `KubernetesSource` applies its first lists; the pod `key` (`namespace/name`) is returned instead of
+    applied, with the ResourceClaims by `namespace/name`. SourceError when the pod is missing or done, or
+    uses claims that cannot be listed."""
     state = ClusterState(settings)
     apply = _without(key, state)
     found: JsonObject | None = None
     for spec in (node_spec(api), pod_spec(api)):
-        try:
-            listing = spec.list()
-        except (ApiException, HTTPError, OSError) as exc:
-            raise SourceError(f"cannot list {spec.kind}s: {_api_reason(exc)}") from None
-        for obj in listing.items:
+        for obj in _list(spec):
             if spec.kind == "Pod" and spec.key(obj) == key:
                 found = obj
             if spec.live(obj):
                 apply(spec.upserted(obj))
-    apply(Synced())
     if found is None:
         raise SourceError(f"pod {key} not found")
     if pod_is_terminal(found):
         phase = (found.get("status") or {}).get("phase")
         raise SourceError(f"pod {key} has finished ({phase}): it holds and needs no GPU")
-    return state, found
+    claims = _apply_dra(api, apply, needed=bool((found.get("spec") or {}).get("resourceClaims")))
+    apply(Synced())
+    return state, found, claims
+
+
+def _list(spec: KindSpec) -> list[JsonObject]:
+    try:
+        return list(spec.list().items)
+    except (ApiException, HTTPError, OSError) as exc:
+        raise SourceError(f"cannot list {spec.kind}s: {_api_reason(exc)}") from None
+
+
+def _apply_dra(api: KubeApi, apply: EventHandler, needed: bool) -> dict[str, JsonObject]:
+    """Apply every DRA object the cluster serves; the ResourceClaims by key. A kind that cannot be listed is
+    left out (a cluster without DRA, or a kubeconfig without its RBAC) unless `needed`: then SourceError."""
+    if not isinstance(api, DraApi):
+        return {}
+    claims: dict[str, JsonObject] = {}
+    for kind in DRA_KINDS:
+        spec = dra_spec(api, kind)
+        try:
+            listing = _list(spec)
+        except SourceError:
+            if needed:
+                raise
+            continue
+        for obj in listing:
+            apply(spec.upserted(obj))
+            if kind.kind == "ResourceClaim":
+                claims[spec.key(obj)] = obj
+    return claims
 
 
 def context_namespace(choice: KubeConfigChoice) -> str | None:

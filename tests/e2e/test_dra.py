@@ -13,9 +13,11 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import pytest
 from kubernetes import client
 
+from gpupack.cli import main
 from gpupack.harness.kube_programs import NEWEST, MissingBinary
 from tests.e2e.conftest import missing_program
 from tests.e2e.dra_churn import compare, report, start_gpupack_arm
@@ -167,6 +169,42 @@ def test_the_claim_controller_makes_a_gated_pods_claim_and_leaves_it_unallocated
     lift_gate(plane, namespace, "held")
     assert wait_bound(plane, namespace, "held")["spec"]["nodeName"] == node
     assert legality(plane) == []
+
+
+def explain_json(plane: FullControlPlane, capsys: pytest.CaptureFixture[str], ref: str) -> dict[str, Any]:
+    """`gpupack explain REF --json` against the plane, in process."""
+    assert main(["explain", "--kubeconfig", str(plane.kubeconfig), ref, "--json"]) == 0, capsys.readouterr().err
+    report: dict[str, Any] = orjson.loads(capsys.readouterr().out)
+    return report
+
+
+def test_explain_shows_a_gated_pods_claim_with_gpupacks_plan_then_with_its_allocation(
+    plane: FullControlPlane, namespace: str, node_names: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`gpupack explain` reads the real API's claims: before the allocation, the devices gpupack's allocator
+    would give the claim (on the one node the pod may use); after kube-scheduler allocated it, the device."""
+    node = f"explained-{namespace}"
+    node_names.append(node)
+    create_gpu_node(plane, node, dynamic_mig_slices(node, 1), {"e2e-explain": namespace})
+    plane.create_pod(
+        namespace, gated(claim_pod("asked", {"gpu": "mig-1g-10gb"}, node_selector={"e2e-explain": namespace}))
+    )
+    [claim_name] = wait_pod_claims(plane, namespace, "asked")
+
+    before = explain_json(plane, capsys, f"{namespace}/asked")
+    section = before["claims"]
+    assert section["claims"] == [{"claim": f"{namespace}/{claim_name}", "state": "unallocated"}]
+    assert section["plan"]["node"] == node == before["chosen"] and section["left_to_scheduler"] is None
+    [planned] = section["plan"]["devices"][f"{namespace}/{claim_name}"].values()
+    assert planned.startswith(f"{node}/gpu-0-mig-1g10gb-")
+
+    lift_gate(plane, namespace, "asked")
+    pod = wait_bound(plane, namespace, "asked")
+    after = explain_json(plane, capsys, f"{namespace}/asked")
+    [entry] = after["claims"]["claims"]
+    assert entry["state"] == "allocated" and entry["node"] == node == after["chosen"] == after["bound_to"]
+    assert entry["devices"] == {"gpu": f"{node}/{allocated_devices(plane, namespace, pod)[0]}"}
+    assert after["claims"]["plan"] is None
 
 
 def test_kube_scheduler_binds_a_gated_pod_where_its_written_allocation_says(

@@ -135,7 +135,8 @@ def test_live_lists_give_the_same_report_as_the_cluster_file(tmp_path: Path) -> 
     """`load_live` reads a cluster through the KubeApi lists the extender's source makes."""
     objects = load_cluster_objects(EXAMPLE_CLUSTER)
     api = FakeApiServer(objects.nodes, objects.pods)
-    state, target = load_live(Settings(), api, "default/train-0")
+    state, target, claims = load_live(Settings(), api, "default/train-0")
+    assert claims == {}  # the fake serves no resource.k8s.io
     live = explain(state, target)
     (train,) = [p for p in objects.pods if p["metadata"]["name"] == "train-0"]
     loaded = load_from_files(Settings(), str(EXAMPLE_CLUSTER), str(write_pod(tmp_path, train)))
