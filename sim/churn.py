@@ -163,7 +163,7 @@ def arrivals_digest(arrivals: Sequence[Arrival]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-class _Cluster:
+class ChurnCluster:
     """The inventory under churn: commits, departures in end-time order, and GPUs in use."""
 
     def __init__(self, trace: Trace) -> None:
@@ -208,7 +208,7 @@ def run_churn(trace: Trace, policy: PolicySpec, seed: int, config: ChurnConfig =
     life = mean_lifetime(trace.pods, gpus, config.load)
     counted_from, until = config.warmup * life, (config.warmup + config.measure) * life
     step = config.measure * life / config.samples
-    cluster = _Cluster(trace)
+    cluster = ChurnCluster(trace)
     decider = Decider.seeded(cluster.inventory, policy, seed)
     probes = large_profiles(trace.pods)
     last_seen = {kind_label(a.pod.request): i for i, a in enumerate(arrivals)}
@@ -235,7 +235,7 @@ def run_churn(trace: Trace, policy: PolicySpec, seed: int, config: ChurnConfig =
 
 
 def _sample(
-    cluster: _Cluster,
+    cluster: ChurnCluster,
     decider: Decider,
     probes: dict[str, TracePod],
     to_come: dict[str, int],

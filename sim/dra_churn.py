@@ -51,8 +51,8 @@ from gpupack.sim.churn import (
     POD_CPU_MILLI,
     POD_MEMORY,
     Arrival,
+    ChurnCluster,
     ChurnConfig,
-    _Cluster,
     arrivals_digest,
     churn_arrivals,
     mean_lifetime,
@@ -311,7 +311,7 @@ def run_dra_churn(arm: Arm, seed: int, nodes: int = NODES, config: ChurnConfig =
     life = mean_lifetime(trace.pods, gpu_count(trace.nodes), config.load)
     counted_from, until = config.warmup * life, (config.warmup + config.measure) * life
     step = config.measure * life / config.samples
-    cluster = _Cluster(trace)
+    cluster = ChurnCluster(trace)
     place = make_placer(arm, cluster.inventory, trace.pods, seed)
     result = DraChurnResult(arm.value, seed, nodes, life, arrivals_digest(arrivals))
     next_sample = counted_from + step
@@ -333,7 +333,7 @@ def run_dra_churn(arm: Arm, seed: int, nodes: int = NODES, config: ChurnConfig =
     return result
 
 
-def _sample(cluster: _Cluster, now: float, rejected: int) -> Sample:
+def _sample(cluster: ChurnCluster, now: float, rejected: int) -> Sample:
     return {
         "time": round(now, 1),
         "in_use_pct": round(100.0 * cluster.in_use / cluster.capacity, 2),

@@ -51,6 +51,7 @@ from gpupack.kube.keys import ANNOTATION_ASSIGNMENT, LABEL_MOVABLE
 from tests.e2e.catalogue import H100, dynamic_mig_node, whole_gpu_node
 from tests.e2e.conftest import missing_program
 from tests.e2e.impersonation import ApiAs
+from tests.e2e.pod_events import notes_by_pod
 from tests.e2e.realcluster import FullControlPlane
 
 SETTLE = 90.0  # s for a pod to bind, or to be recreated and bind
@@ -212,19 +213,8 @@ def test_defrag_moves_exactly_the_planned_pods_and_the_pending_pods_bind(
     assert gone == {"mover", "mig-mover"}  # exactly the planned pods; nothing else was evicted
     for untouched in ("guarded", "pinned", "mig-pinned"):
         assert after[untouched]["metadata"]["uid"] == before[untouched]
-    notes = defrag_events(plane, namespace)
+    notes = notes_by_pod(plane, namespace, "Defragmented")
     assert set(notes) == {"mover", "mig-mover"}
-
-
-def defrag_events(plane: FullControlPlane, namespace: str) -> dict[str, str]:
-    """Pod name -> the note of gpupack defrag's Event on it."""
-    api = client.EventsV1Api(plane.api_client())
-    response: Any = api.list_namespaced_event(namespace, _preload_content=False)
-    return {
-        e["regarding"]["name"]: e.get("note") or ""
-        for e in json.loads(response.data)["items"]
-        if e.get("reason") == "Defragmented"
-    }
 
 
 def summary(now: dict[str, dict[str, Any]]) -> dict[str, str]:

@@ -39,6 +39,7 @@ from tests.e2e.nodecase import (
     manifests_node_cluster,
     wait_gone,
 )
+from tests.e2e.pod_events import notes_by_pod
 from tests.e2e.realnode import wait_for
 
 GPU, MILLI = "nvidia.com/gpu", "gpupack.io/gpu-milli"
@@ -138,17 +139,6 @@ def running_tasks(cluster: NodeCluster) -> set[str]:
     return {line.split()[0] for line in lines if line.split()[-1] == "RUNNING"}
 
 
-def defrag_events(cluster: NodeCluster) -> dict[str, str]:
-    """Pod name -> the note of gpupack defrag's Event on it."""
-    api = client.EventsV1Api(cluster.plane.api_client())
-    response: Any = api.list_namespaced_event(cluster.namespace, _preload_content=False)
-    return {
-        e["regarding"]["name"]: e.get("note") or ""
-        for e in json.loads(response.data)["items"]
-        if e.get("reason") == "Defragmented"
-    }
-
-
 def fragment(cluster: NodeCluster) -> tuple[int, str, str]:
     """Build the layout of the module docstring; (G, mover-a's pod, mover-b's pod).
 
@@ -227,7 +217,7 @@ def test_execute_moves_one_share_and_the_pending_pod_runs_on_the_gpus_it_freed(
     assert {uuid for visible in shares.values() for uuid in visible} == {gpus[shared].uuid}
     assert not set(train_visible) & {gpus[shared].uuid}, "no GPU handed to a whole-GPU pod and to shares"
     assert set(uids(cluster)) == set(before) - {mover_b} | {moved}, "exactly the planned pod was evicted"
-    assert set(defrag_events(cluster)) == {mover_b}
+    assert set(notes_by_pod(cluster.plane, cluster.namespace, "Defragmented")) == {mover_b}
 
     for app in ("mover-a", "mover-b"):
         apps(cluster).delete_namespaced_replica_set(app, namespace, propagation_policy="Orphan")

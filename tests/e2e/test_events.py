@@ -25,6 +25,7 @@ from gpupack.harness.controlplane import ControlPlane, pod_body, wait_until
 from gpupack.kube.sources import OfficialKubeApi
 from tests.e2e.catalogue import H100, L4, dynamic_mig_node, whole_gpu_node
 from tests.e2e.cluster import E2ECluster
+from tests.e2e.pod_events import events_by_pod
 from tests.e2e.reasons import GPUPACK_REASONS
 from tests.extender_helpers import ROOT, FakeClock
 
@@ -32,15 +33,8 @@ SERVICE_ACCOUNT_USER = "system:serviceaccount:gpupack-system:gpupack-scheduler"
 
 
 def events_on(cluster: E2ECluster, reason: str) -> dict[str, list[dict[str, Any]]]:
-    """Pod name -> the events.k8s.io/v1 Events of `reason` regarding it, in this test's namespace."""
-    api = client.EventsV1Api(cluster.plane.api_client())
-    response: Any = api.list_namespaced_event(cluster.namespace, _preload_content=False)  # raw: no models
-    items = json.loads(response.data)["items"]
-    found: dict[str, list[dict[str, Any]]] = {}
-    for event in items:
-        if event.get("reason") == reason and event["regarding"]["kind"] == "Pod":
-            found.setdefault(event["regarding"]["name"], []).append(event)
-    return found
+    """Pod name -> the Events of `reason` regarding it, in this test's namespace."""
+    return events_by_pod(cluster.plane, cluster.namespace, reason)
 
 
 def test_every_bind_puts_an_assigned_event_saying_what_the_annotation_says(cluster: E2ECluster) -> None:

@@ -75,6 +75,7 @@ from kubernetes import client
 from gpupack.harness.controlplane import ControlPlane, pod_body, shipped_scheduler_config, wait_until
 from tests.e2e.catalogue import H100, dynamic_mig_node, whole_gpu_node
 from tests.e2e.cluster import E2ECluster, wait_gpupack_holds_the_bound_pods
+from tests.e2e.pod_events import notes_by_pod
 
 ASSIGNMENT = "gpupack.io/assignment"
 HIGH = 1000  # the preemptor's priority; occupants of this priority are never victims
@@ -301,17 +302,6 @@ def occupant_body(occupant: Occupant, prefix: str) -> dict[str, Any]:
     return body
 
 
-def preempted_events(cluster: E2ECluster) -> dict[str, str]:
-    """Victim name -> the note of kube-scheduler's `Preempted` event on it ("Preempted by pod UID on node N")."""
-    api = client.EventsV1Api(cluster.plane.api_client())
-    response: Any = api.list_namespaced_event(cluster.namespace, _preload_content=False)
-    return {
-        event["regarding"]["name"]: event.get("note") or ""
-        for event in json.loads(response.data)["items"]
-        if event.get("reason") == "Preempted"
-    }
-
-
 @dataclass
 class Outcome:
     evicted: set[str]
@@ -363,8 +353,12 @@ def test_a_high_priority_gpu_pod_preempts(cluster: E2ECluster, preemption: str, 
     outcome = watch(cluster, {o.name for o in case.occupants}, "preemptor", bound_ends_it=preemption == WITH_VERB)
     notes: dict[str, str] = {}
     if outcome.evicted:  # kube-scheduler's events come from its own queue: wait for them
-        wait_until("a Preempted event per victim", lambda: outcome.evicted <= preempted_events(cluster).keys(), 30)
-        notes = preempted_events(cluster)
+
+        def preempted() -> dict[str, str]:
+            return notes_by_pod(cluster.plane, cluster.namespace, "Preempted")
+
+        wait_until("a Preempted event per victim", lambda: outcome.evicted <= preempted().keys(), 30)
+        notes = preempted()
     pods = cluster.pods()
     (preemptor,) = [p for p in pods if p["metadata"]["name"] == "preemptor"]
     uid = preemptor["metadata"]["uid"]

@@ -211,9 +211,11 @@ def gpu_init_pod(name: str, init_gpus: int, app_gpus: int, sidecar: bool = False
     """`gpu_pod` with an init container asking for GPUs first: one that runs to completion, or a sidecar."""
     body = gpu_pod(name, {"nvidia.com/gpu": app_gpus})
     main = body["spec"]["containers"][0]
-    init = {**main, "name": "side" if sidecar else "init", "resources": {
-        "requests": main["resources"]["requests"], "limits": {"nvidia.com/gpu": str(init_gpus)}
-    }}
+    init = {
+        **main,
+        "name": "side" if sidecar else "init",
+        "resources": {"requests": main["resources"]["requests"], "limits": {"nvidia.com/gpu": str(init_gpus)}},
+    }
     if sidecar:
         init["restartPolicy"] = "Always"
     else:

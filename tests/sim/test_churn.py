@@ -67,7 +67,7 @@ def test_bad_churn_settings_are_refused() -> None:
 
 def test_departures_release_what_the_pods_held() -> None:
     node = NodeFacts("m", 64_000, 1 << 40, 110, H100, 1, mig_mode=MigMode.DYNAMIC)
-    cluster = churn._Cluster(Trace([node], []))
+    cluster = churn.ChurnCluster(Trace([node], []))
     seven = Placement("m", (GpuSlot(0, mig="7g.80gb", start=0),))
     cluster.commit(seven, end=5.0, order=0)
     assert cluster.in_use == pytest.approx(1.0)
