@@ -38,7 +38,10 @@ TUNING = (
     "0.1 to 3.2 on seeds 0–13 of all 13 traces, checked on seeds 14–41, then the fragmentation weight from "
     "1.0 to 1.5 on seeds 0–13 of the three traces still tied with fgd, checked on seeds 0–41 of all 13, and "
     "the learned mix tells shapes apart by memory request too (`mix_with_memory`), screened on seeds 0–13 of "
-    "five traces and checked on seeds 0–41 of all 13 (docs/packing-experiments.md says what else was tried). "
+    "five traces and checked on seeds 0–41 of all 13; then (#33) a share weighs what its GPU keeps beyond the "
+    "largest likely next share (`share_slack` 0.5) and a whole-GPU request counts half in the learned mix "
+    "(`mix_whole_weight` 0.5), screened on seeds 0–13 of `default` and checked on seeds 0–41 of all 13 "
+    "(docs/packing-experiments.md says what else was tried). "
     "The other weights keep their earlier values, so on those five traces the figures still carry that first "
     "selection."
 )

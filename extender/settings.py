@@ -42,6 +42,7 @@ class Mix(_Section):
     coverage: float = Field(_DEFAULT_ARGS.mix_coverage, gt=0, le=1)
     prior_weight: float = Field(_DEFAULT_ARGS.mix_prior_weight, ge=0)
     with_memory: bool = _DEFAULT_ARGS.mix_with_memory  # a shape is its memory request too
+    whole_weight: float = Field(_DEFAULT_ARGS.mix_whole_weight, gt=0)  # a whole-GPU request's weight in the mix
 
 
 class Policy(_Section):
@@ -172,6 +173,7 @@ class Settings(BaseSettings):
             mix_coverage=mix.coverage,
             mix_prior_weight=mix.prior_weight,
             mix_with_memory=mix.with_memory,
+            mix_whole_weight=mix.whole_weight,
         )
 
     def policy_spec(self) -> PolicySpec:

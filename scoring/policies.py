@@ -55,7 +55,7 @@ class GpupackWeights(BaseModel):
     order: float = Field(3.2, ge=0, description="prefer nodes early in a fixed order (consolidation), in GPUs")
     frag_step: float = Field(0.0, ge=0, description="round fragmentation growth to this many GPUs")
     share_slack: float = Field(
-        0.0, ge=0, description="fragmentation per milli a share leaves beyond the largest share type that fits"
+        0.5, ge=0, description="fragmentation per milli a share leaves beyond the largest share type that fits"
     )
 
 
@@ -71,7 +71,7 @@ class GpupackArgs(BaseModel):
     mix_prior_weight: float = Field(1.0, ge=0, description="pseudo-requests spread over the prior shapes")
     mix_gpu_weight: float = Field(0.0, ge=0, description="extra weight per whole GPU a request asks for")
     mix_with_memory: bool = Field(True, description="tell task types apart by memory request too")
-    mix_whole_weight: float = Field(1.0, gt=0, description="weight of a whole-GPU request in the mix")
+    mix_whole_weight: float = Field(0.5, gt=0, description="weight of a whole-GPU request in the mix")
 
 
 @dataclass
