@@ -37,6 +37,14 @@ def test_shipped_config_loads_with_the_benchmarked_defaults(shipped: Path) -> No
     assert settings.price_table()[("p5.48xlarge", "spot")] == pytest.approx(39.33)
 
 
+def test_the_mix_whole_weight_and_share_slack_are_read_from_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text("policy:\n  weights: {shareSlack: 0.0}\n  mix: {wholeWeight: 2.0}\n")
+    args = load_settings(path).gpupack_args()
+    assert (args.weights.share_slack, args.mix_whole_weight) == (0.0, 2.0)
+    assert (GpupackArgs().weights.share_slack, GpupackArgs().mix_whole_weight) == (0.5, 0.5)
+
+
 def test_defaults_without_a_file() -> None:
     settings = Settings()
     assert (settings.host, settings.port, settings.max_body_bytes) == ("127.0.0.1", 8888, 16 << 20)
