@@ -34,6 +34,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +56,9 @@ from gpupack.extender.wire import ExtenderBindingResult, WireError, filter_error
 logger = logging.getLogger(__name__)
 JSON = "application/json"
 INLINE_BODY_BYTES = 256 << 10
+# the verbs' worker threads (as many as anyio's default): a plain executor hop costs less than
+# starlette's run_in_threadpool, and a bind takes one per pod (#32)
+VERB_WORKERS = ThreadPoolExecutor(max_workers=40, thread_name_prefix="gpupack-verb")
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -123,7 +127,7 @@ class VerbEndpoint:
                     pass  # decided in a worker thread below (extender.inline)
                 finally:
                     lock.release()
-            work = run_in_threadpool(self.handle, body, deadline)
+            work = asyncio.get_running_loop().run_in_executor(VERB_WORKERS, self.handle, body, deadline)
             watcher = asyncio.ensure_future(watch_disconnect(receive, deadline))
             try:
                 return 200, await within(slot.around(work) if slot else work, deadline.at - time.perf_counter())
@@ -258,8 +262,7 @@ def create_app(state: ClusterState, settings: Settings, metrics: Metrics | None 
 async def within(work: Awaitable[bytes], seconds: float) -> bytes:
     """The result of `work`, or TooSlow after `seconds` (the work itself runs on; its errors are dropped).
 
-    A worker thread cannot be interrupted, and awaiting a cancelled `run_in_threadpool` would wait
-    for it anyway, so the work runs as its own task and is left to finish.
+    A worker thread cannot be interrupted, so the work runs on as its own future and is left to finish.
     """
     task = asyncio.ensure_future(work)
     done, _ = await asyncio.wait({task}, timeout=max(seconds, 0.0))

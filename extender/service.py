@@ -1,30 +1,24 @@
 """`gpupack serve`: settings, cluster source, state and HTTP app wired together and run under uvicorn.
 
-uvicorn runs one worker (the state lives in this process) with the h11 protocol. Every accepted
-connection gets TCP_NODELAY explicitly (`NoDelayH11Protocol`), so kube-scheduler's keep-alive calls
-do not pay Nagle + delayed-ACK stalls of ~40 ms (extender-wire/README.md). asyncio sets it by itself
-only when the listening socket's proto is IPPROTO_TCP, which a socket handed over by a supervisor
-(or a test) need not be.
+uvicorn runs one worker (the state lives in this process) with gpupack's guarded httptools protocol
+(`extender.http_protocol`: TCP_NODELAY, a header deadline, a connection cap and a head limit).
 TLS is served when --tls-cert and --tls-key are given (kube-scheduler's `enableHTTPS: true`).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import logging
-import socket
 import ssl
 import sys
 import threading
 
-import h11
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from gpupack.extender import logs
 from gpupack.extender.app import create_app
+from gpupack.extender.http_protocol import protocol_for
 from gpupack.extender.numba_cache import seed_numba_cache
 from gpupack.extender.settings import Settings, SettingsError, load_settings
 from gpupack.extender.state import ClusterState
@@ -40,78 +34,6 @@ from gpupack.kube.sources.dra_writes import OfficialDraWriter
 from gpupack.kube.sources.kube_api import DRA_KINDS
 
 logger = logging.getLogger(__name__)
-
-
-class NoDelayH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with TCP_NODELAY set on every TCP connection, a deadline for request
-    headers and a cap on open connections (#13).
-
-    uvicorn arms its keep-alive timer only after a response, so a connection that never sends a
-    whole request line and header block would stay open for ever: `header_timeout` seconds after a
-    connection opens, or after a request begins to arrive, it is closed if the headers are still
-    incomplete. Idle keep-alive connections between requests are uvicorn's `timeout_keep_alive`.
-    """
-
-    header_timeout = 5.0  # seconds; `protocol_for` sets both from the settings
-    max_connections = 256
-    _header_timer: asyncio.TimerHandle | None = None
-
-    # uvicorn's H11Protocol narrows asyncio's BaseTransport to Transport (with the same ignore): TCP only
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        """Refuse connections beyond the cap, disable Nagle's algorithm, then proceed as uvicorn does."""
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                logger.debug("could not set TCP_NODELAY", exc_info=True)
-        super().connection_made(transport)
-        if len(self.connections) > self.max_connections:
-            logger.warning("more than %d connections open; closing a new one", self.max_connections)
-            transport.close()
-            return
-        self._arm_header_timer()
-
-    def data_received(self, data: bytes) -> None:
-        """As uvicorn does, then start the header deadline when a request has begun to arrive."""
-        super().data_received(data)
-        if self._awaiting_headers():
-            self._arm_header_timer()
-
-    def on_response_complete(self) -> None:
-        """As uvicorn does; a pipelined request already half in starts its header deadline."""
-        super().on_response_complete()
-        if self._awaiting_headers():
-            self._arm_header_timer()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        """As uvicorn does, and drop the header deadline."""
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
-        super().connection_lost(exc)
-
-    def _awaiting_headers(self) -> bool:
-        """No request is being handled, and either none has come yet or one is partly in."""
-        if self.conn.their_state is not h11.IDLE:
-            return False
-        return self.cycle is None or bool(self.conn.trailing_data[0])
-
-    def _arm_header_timer(self) -> None:
-        if self._header_timer is None:
-            self._header_timer = self.loop.call_later(self.header_timeout, self._header_deadline)
-
-    def _header_deadline(self) -> None:
-        self._header_timer = None
-        if self._awaiting_headers() and not self.transport.is_closing():
-            logger.info("closing a connection whose request headers did not arrive within %g s", self.header_timeout)
-            self.transport.close()
-
-
-def protocol_for(settings: Settings) -> type[NoDelayH11Protocol]:
-    """The h11 protocol class with the header deadline and connection cap of `settings`."""
-    limits = {"header_timeout": settings.header_timeout_seconds, "max_connections": settings.max_connections}
-    return type("GpupackH11Protocol", (NoDelayH11Protocol,), limits)
 
 
 def serve(args: argparse.Namespace) -> int:

@@ -43,5 +43,5 @@ def test_a_heavy_mig_request_is_decided_off_the_event_loop(verb: str) -> None:
     heavy = pod("heavy", mig="1g.10gb", mig_count=INLINE_MIG_INSTANCES + 1)
     threads = filter_threads([light, heavy], verb)
     loop_thread = threads[f"MIG-{INLINE_MIG_INSTANCES}"]
-    assert "AnyIO worker" not in loop_thread  # the light one ran on the event loop's thread
-    assert "AnyIO worker" in threads[f"MIG-{INLINE_MIG_INSTANCES + 1}"]
+    assert "gpupack-verb" not in loop_thread  # the light one ran on the event loop's thread
+    assert "gpupack-verb" in threads[f"MIG-{INLINE_MIG_INSTANCES + 1}"]

@@ -255,6 +255,25 @@ def test_connections_beyond_the_cap_are_closed_at_once(small_cluster) -> None:
             sock.close()
 
 
+def test_a_request_head_over_the_limit_gets_431_and_is_not_served(small_cluster) -> None:
+    """httptools keeps no limit on a request's head; gpupack's protocol answers 431 past 16 KiB, closes the
+    connection and never hands the request to the app (#32); a head under the limit is served."""
+    state, settings = small_cluster
+    fill = "x" * 1000
+    with live_server(state, settings) as (host, port):
+        with socket.create_connection((host, port), timeout=5) as sock:
+            head = "POST /bind HTTP/1.1\r\nHost: x\r\n" + "".join(f"X-Fill-{i}: {fill}\r\n" for i in range(20))
+            sock.sendall((head + "Content-Length: 2\r\n\r\n{}").encode())
+            sock.settimeout(3)
+            received = b""
+            while chunk := sock.recv(4096):  # until the server closes
+                received += chunk
+        assert received.startswith(b"HTTP/1.1 431") and b"over 16 KiB" in received
+        assert received.count(b"HTTP/1.1 ") == 1  # nothing answered the request itself
+        under = {f"X-Fill-{i}": fill for i in range(14)}
+        assert httpx.get(f"http://{host}:{port}/healthz", headers=under).status_code == 200
+
+
 # --- logs ----------------------------------------------------------------------------------------------
 
 SECRETS = ("hunter2-db-password", "tok-3f9a-SECRET", "registry.example.com/secret-image", "--api-key=")

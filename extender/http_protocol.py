@@ -1,0 +1,142 @@
+"""The HTTP/1.1 protocol gpupack serves with: uvicorn's httptools protocol, guarded (#13, #32).
+
+httptools (llhttp, the parser of Node.js) parses a request in C; h11, which gpupack served with before,
+parses in Python and was a quarter of the extender's CPU per request under kube-scheduler
+(bench/results/throughput.md). The guards h11 gave or gpupack added to it stay:
+
+- TCP_NODELAY on every TCP connection, so kube-scheduler's keep-alive calls do not pay Nagle +
+  delayed-ACK stalls of ~40 ms (extender-wire/README.md). asyncio sets it by itself only when the
+  listening socket's proto is IPPROTO_TCP, which a socket handed over by a supervisor (or a test) need not be.
+- A deadline for the request line and headers: uvicorn arms its keep-alive timer only after a response,
+  so a connection that never sends a whole request line and header block would stay open for ever.
+  `header_timeout` seconds after a connection opens, or after a request begins to arrive, it is closed if
+  the headers are still incomplete. Idle keep-alive connections between requests are uvicorn's
+  `timeout_keep_alive`.
+- A cap on open connections: those beyond `max_connections` are closed at once.
+- A cap on the size of the request line and headers (`HEAD_LIMIT`, h11's default): llhttp keeps no such
+  limit, and uvicorn would collect headers without end. Beyond it the answer is 431 and the connection closes.
+
+Bodies are bounded by the app (extender.app), whatever the protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from gpupack.extender.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+HEAD_LIMIT = 16 * 1024  # bytes of request line and headers, as h11's max_incomplete_event_size
+HEAD_TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"content-length: 36\r\nconnection: close\r\n\r\nrequest line and headers over 16 KiB"
+)
+
+
+class HeadTooLarge(Exception):
+    """Raised from a parser callback to stop parsing a request whose head is over `HEAD_LIMIT`."""
+
+
+class GuardedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with TCP_NODELAY, a header deadline, a connection cap and a head limit."""
+
+    header_timeout = 5.0  # seconds; `protocol_for` sets both from the settings
+    max_connections = 256
+    _header_timer: asyncio.TimerHandle | None = None
+    _in_head = False  # a request has begun and its headers are not all in
+    _head_bytes = 0
+
+    # uvicorn's HttpToolsProtocol narrows asyncio's BaseTransport to Transport (with the same ignore): TCP only
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        """Refuse connections beyond the cap, disable Nagle's algorithm, then proceed as uvicorn does."""
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                logger.debug("could not set TCP_NODELAY", exc_info=True)
+        super().connection_made(transport)
+        if len(self.connections) > self.max_connections:
+            logger.warning("more than %d connections open; closing a new one", self.max_connections)
+            transport.close()
+            return
+        self._arm_header_timer()
+
+    def data_received(self, data: bytes) -> None:
+        """As uvicorn does, then start the header deadline when a request has begun to arrive."""
+        super().data_received(data)
+        if self._awaiting_headers():
+            self._arm_header_timer()
+
+    def on_message_begin(self) -> None:
+        """As uvicorn does; the request's head is now arriving."""
+        super().on_message_begin()
+        self._in_head, self._head_bytes = True, 0
+
+    def on_url(self, url: bytes) -> None:
+        """As uvicorn does, within the head limit."""
+        self._count_head(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        """As uvicorn does, within the head limit."""
+        self._count_head(len(name) + len(value) + 4)  # ": " and CRLF
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        """The head is in: no deadline applies to it any more; then as uvicorn does."""
+        self._in_head = False
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        """As uvicorn does; a pipelined request already half in starts its header deadline."""
+        super().on_response_complete()
+        if self._awaiting_headers():
+            self._arm_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """As uvicorn does, and drop the header deadline."""
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+        super().connection_lost(exc)
+
+    def _awaiting_headers(self) -> bool:
+        """Either no request has come on this connection yet, or one is partly in."""
+        return self._in_head or self.cycle is None
+
+    def _count_head(self, size: int) -> None:
+        """Count `size` bytes of the head; past `HEAD_LIMIT`, stop the parser (answered in send_400_response)."""
+        self._head_bytes += size
+        if self._head_bytes > HEAD_LIMIT:
+            raise HeadTooLarge  # httptools stops parsing and raises HttpParserCallbackError to data_received
+
+    def send_400_response(self, msg: str) -> None:
+        """As uvicorn does for a request it cannot parse; one whose head passed `HEAD_LIMIT` gets 431 instead."""
+        if self._head_bytes <= HEAD_LIMIT:
+            super().send_400_response(msg)
+            return
+        logger.info("closing a connection whose request head passed %d bytes", HEAD_LIMIT)
+        self.transport.write(HEAD_TOO_LARGE)
+        self.transport.close()
+
+    def _arm_header_timer(self) -> None:
+        if self._header_timer is None:
+            self._header_timer = self.loop.call_later(self.header_timeout, self._header_deadline)
+
+    def _header_deadline(self) -> None:
+        self._header_timer = None
+        if self._awaiting_headers() and not self.transport.is_closing():
+            logger.info("closing a connection whose request headers did not arrive within %g s", self.header_timeout)
+            self.transport.close()
+
+
+def protocol_for(settings: Settings) -> type[GuardedHttpProtocol]:
+    """The protocol class with the header deadline and connection cap of `settings`."""
+    limits = {"header_timeout": settings.header_timeout_seconds, "max_connections": settings.max_connections}
+    return type("GpupackHttpProtocol", (GuardedHttpProtocol,), limits)
