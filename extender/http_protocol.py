@@ -32,6 +32,10 @@ from gpupack.extender.settings import Settings
 logger = logging.getLogger(__name__)
 
 HEAD_LIMIT = 16 * 1024  # bytes of request line and headers, as h11's max_incomplete_event_size
+# httptools hands a header over only once it is whole, buffering it until then: bytes received since the
+# read in which a request began are capped too. That read may also hold the previous request's end, up
+# to asyncio's largest read (256 KiB), which the cap allows so that no request under HEAD_LIMIT is refused.
+RAW_HEAD_LIMIT = HEAD_LIMIT + 256 * 1024
 HEAD_TOO_LARGE = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
     b"content-length: 36\r\nconnection: close\r\n\r\nrequest line and headers over 16 KiB"
@@ -49,7 +53,10 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     max_connections = 256
     _header_timer: asyncio.TimerHandle | None = None
     _in_head = False  # a request has begun and its headers are not all in
-    _head_bytes = 0
+    _head_bytes = 0  # of the current request's line and headers, as parsed
+    _received = 0  # bytes received on this connection
+    _read_start = 0  # `_received` before the read being parsed
+    _head_start = 0  # `_received` before the read in which the current request began
 
     # uvicorn's HttpToolsProtocol narrows asyncio's BaseTransport to Transport (with the same ignore): TCP only
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -68,15 +75,20 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._arm_header_timer()
 
     def data_received(self, data: bytes) -> None:
-        """As uvicorn does, then start the header deadline when a request has begun to arrive."""
+        """As uvicorn does, then start the header deadline when a request has begun to arrive; a head
+        still incomplete past `RAW_HEAD_LIMIT` bytes is refused."""
+        self._read_start = self._received
+        self._received += len(data)
         super().data_received(data)
-        if self._awaiting_headers():
+        if self._in_head and self._received - self._head_start > RAW_HEAD_LIMIT:
+            self._refuse_head()
+        elif self._awaiting_headers():
             self._arm_header_timer()
 
     def on_message_begin(self) -> None:
         """As uvicorn does; the request's head is now arriving."""
         super().on_message_begin()
-        self._in_head, self._head_bytes = True, 0
+        self._in_head, self._head_bytes, self._head_start = True, 0, self._read_start
 
     def on_url(self, url: bytes) -> None:
         """As uvicorn does, within the head limit."""
@@ -120,6 +132,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         """As uvicorn does for a request it cannot parse; one whose head passed `HEAD_LIMIT` gets 431 instead."""
         if self._head_bytes <= HEAD_LIMIT:
             super().send_400_response(msg)
+        else:
+            self._refuse_head()
+
+    def _refuse_head(self) -> None:
+        if self.transport.is_closing():
             return
         logger.info("closing a connection whose request head passed %d bytes", HEAD_LIMIT)
         self.transport.write(HEAD_TOO_LARGE)
