@@ -42,7 +42,6 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
@@ -56,8 +55,8 @@ from gpupack.extender.wire import ExtenderBindingResult, WireError, filter_error
 logger = logging.getLogger(__name__)
 JSON = "application/json"
 INLINE_BODY_BYTES = 256 << 10
-# the verbs' worker threads (as many as anyio's default): a plain executor hop costs less than
-# starlette's run_in_threadpool, and a bind takes one per pod (#32)
+# the worker threads of the verbs and of /metrics renders (as many as anyio's default): a plain executor
+# hop costs less than starlette's run_in_threadpool, and a bind takes one per pod (#32)
 VERB_WORKERS = ThreadPoolExecutor(max_workers=40, thread_name_prefix="gpupack-verb")
 
 Scope = MutableMapping[str, Any]
@@ -253,7 +252,7 @@ def create_app(state: ClusterState, settings: Settings, metrics: Metrics | None 
     async def metrics_() -> Response:
         text = metrics.cached()  # a fresh render is answered from the loop, without a thread hop
         if text is None:
-            text = await run_in_threadpool(metrics.render)
+            text = await asyncio.get_running_loop().run_in_executor(VERB_WORKERS, metrics.render)
         return Response(content=text, media_type=CONTENT_TYPE)
 
     return VerbsFirst(app, {f"/{verb}": endpoint for verb, endpoint in endpoints.items()})

@@ -10,8 +10,9 @@ parses in Python and was a quarter of the extender's CPU per request under kube-
 - A deadline for the request line and headers: uvicorn arms its keep-alive timer only after a response,
   so a connection that never sends a whole request line and header block would stay open for ever.
   `header_timeout` seconds after a connection opens, or after a request begins to arrive, it is closed if
-  the headers are still incomplete. Idle keep-alive connections between requests are uvicorn's
-  `timeout_keep_alive`.
+  the headers are still incomplete. httptools parses every byte as it arrives, a pipelined request's
+  too, so `data_received` sees each request begin. Idle keep-alive connections between requests are
+  uvicorn's `timeout_keep_alive`.
 - A cap on open connections: those beyond `max_connections` are closed at once.
 - A cap on the size of the request line and headers (`HEAD_LIMIT`, h11's default): llhttp keeps no such
   limit, and uvicorn would collect headers without end. Beyond it the answer is 431 and the connection closes.
@@ -36,9 +37,10 @@ HEAD_LIMIT = 16 * 1024  # bytes of request line and headers, as h11's max_incomp
 # read in which a request began are capped too. That read may also hold the previous request's end, up
 # to asyncio's largest read (256 KiB), which the cap allows so that no request under HEAD_LIMIT is refused.
 RAW_HEAD_LIMIT = HEAD_LIMIT + 256 * 1024
+_HEAD_TOO_LARGE_NOTE = b"request line and headers over %d KiB" % (HEAD_LIMIT // 1024)
 HEAD_TOO_LARGE = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
-    b"content-length: 36\r\nconnection: close\r\n\r\nrequest line and headers over 16 KiB"
+    b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(_HEAD_TOO_LARGE_NOTE), _HEAD_TOO_LARGE_NOTE)
 )
 
 
@@ -104,12 +106,6 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         """The head is in: no deadline applies to it any more; then as uvicorn does."""
         self._in_head = False
         super().on_headers_complete()
-
-    def on_response_complete(self) -> None:
-        """As uvicorn does; a pipelined request already half in starts its header deadline."""
-        super().on_response_complete()
-        if self._awaiting_headers():
-            self._arm_header_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
         """As uvicorn does, and drop the header deadline."""
