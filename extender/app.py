@@ -2,10 +2,11 @@
 
 The routes and bodies are docs/contracts.md#extender-http-api.
 
-- `POST /filter`, `/prioritize`, `/preempt`, `/bind`: plain ASGI endpoints (`VerbEndpoint`) in the FastAPI
-  router. They read raw bytes and answer bytes, so FastAPI's per-request machinery (parameter
-  solving, Response objects) buys them nothing and costs ~0.1 ms a call (bench/speed.py's bare
-  FastAPI handler pays it); the middleware stack and routing are FastAPI's as for every route.
+- `POST /filter`, `/prioritize`, `/preempt`, `/bind`: plain ASGI endpoints (`VerbEndpoint`). `VerbsFirst`
+  hands a POST to its verb before FastAPI sees it: they read raw bytes and answer bytes, so FastAPI's
+  per-request machinery (middleware stack, routing, parameter solving, Response objects) buys them nothing
+  and costs ~0.1 ms a call (bench/speed.py's bare FastAPI handler pays it). They are in FastAPI's router as
+  well, for the schema and for a 405 to another method.
   Bodies are read raw (at most `maxBodyBytes`, else 413), handled by extender.verbs and answered
   with the bytes extender.wire produced. A filter or prioritize body of at most INLINE_BODY_BYTES
   (NodeNames of up to ~20,000 nodes) is handled on the event loop when the state's lock is free: it

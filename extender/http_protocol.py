@@ -17,6 +17,9 @@ parses in Python and was a quarter of the extender's CPU per request under kube-
 - A cap on the size of the request line and headers (`HEAD_LIMIT`, h11's default): llhttp keeps no such
   limit, and uvicorn would collect headers without end. Beyond it the answer is 431 and the connection closes.
 
+Each refusal is logged once, by gpupack with its reason (uvicorn's own reasonless line for a request it cannot
+parse is filtered out), and counted by reason through `count_refusal` (`gpupack_connections_refused_total`).
+
 Bodies are bounded by the app (extender.app), whatever the protocol.
 """
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from collections.abc import Callable
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -44,6 +48,21 @@ HEAD_TOO_LARGE = (
 )
 
 
+UNPARSEABLE_NOTE = "Invalid HTTP request received."  # uvicorn's note, in its log line and its 400 answer
+REFUSAL_REASONS = ("head-too-large", "header-timeout", "too-many-connections", "unparseable")
+
+
+def _count_nothing(reason: str) -> None:
+    """The default `count_refusal`: a protocol made without metrics (a bench server) counts nothing."""
+
+
+class _DropUvicornParseWarning(logging.Filter):
+    """Drops uvicorn's reasonless line for a request it cannot parse: the protocol logs it with its reason."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != UNPARSEABLE_NOTE
+
+
 class HeadTooLarge(Exception):
     """Raised from a parser callback to stop parsing a request whose head is over `HEAD_LIMIT`."""
 
@@ -53,6 +72,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     header_timeout = 5.0  # seconds; `protocol_for` sets both from the settings
     max_connections = 256
+    count_refusal: Callable[[str], None] = staticmethod(_count_nothing)
     _header_timer: asyncio.TimerHandle | None = None
     _in_head = False  # a request has begun and its headers are not all in
     _head_bytes = 0  # of the current request's line and headers, as parsed
@@ -72,6 +92,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         if len(self.connections) > self.max_connections:
             logger.warning("more than %d connections open; closing a new one", self.max_connections)
+            self.count_refusal("too-many-connections")
             transport.close()
             return
         self._arm_header_timer()
@@ -125,16 +146,21 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             raise HeadTooLarge  # httptools stops parsing and raises HttpParserCallbackError to data_received
 
     def send_400_response(self, msg: str) -> None:
-        """As uvicorn does for a request it cannot parse; one whose head passed `HEAD_LIMIT` gets 431 instead."""
-        if self._head_bytes <= HEAD_LIMIT:
-            super().send_400_response(msg)
-        else:
+        """As uvicorn does for a request it cannot parse, logged and counted; one whose head passed
+        `HEAD_LIMIT` gets 431 instead."""
+        if self._head_bytes > HEAD_LIMIT:
             self._refuse_head()
+            return
+        if not self.transport.is_closing():
+            logger.info("answering 400 and closing a connection: the request is not valid HTTP/1.1")
+            self.count_refusal("unparseable")
+        super().send_400_response(msg)
 
     def _refuse_head(self) -> None:
         if self.transport.is_closing():
             return
-        logger.info("closing a connection whose request head passed %d bytes", HEAD_LIMIT)
+        logger.info("answering 431 and closing a connection: the request head passed %d bytes", HEAD_LIMIT)
+        self.count_refusal("head-too-large")
         self.transport.write(HEAD_TOO_LARGE)
         self.transport.close()
 
@@ -146,10 +172,21 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._header_timer = None
         if self._awaiting_headers() and not self.transport.is_closing():
             logger.info("closing a connection whose request headers did not arrive within %g s", self.header_timeout)
+            self.count_refusal("header-timeout")
             self.transport.close()
 
 
-def protocol_for(settings: Settings) -> type[GuardedHttpProtocol]:
-    """The protocol class with the header deadline and connection cap of `settings`."""
-    limits = {"header_timeout": settings.header_timeout_seconds, "max_connections": settings.max_connections}
+def protocol_for(
+    settings: Settings, count_refusal: Callable[[str], None] | None = None
+) -> type[GuardedHttpProtocol]:
+    """The protocol class with the header deadline and connection cap of `settings`, counting each refused
+    connection by one of `REFUSAL_REASONS` through `count_refusal` (given none, nothing is counted)."""
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(each, _DropUvicornParseWarning) for each in uvicorn_log.filters):
+        uvicorn_log.addFilter(_DropUvicornParseWarning())
+    limits = {
+        "header_timeout": settings.header_timeout_seconds,
+        "max_connections": settings.max_connections,
+        "count_refusal": staticmethod(count_refusal or _count_nothing),
+    }
     return type("GpupackHttpProtocol", (GuardedHttpProtocol,), limits)

@@ -20,6 +20,7 @@ from gpupack.extender import logs
 from gpupack.extender.app import create_app
 from gpupack.extender.http_protocol import protocol_for
 from gpupack.extender.numba_cache import seed_numba_cache
+from gpupack.extender.service_metrics import Metrics
 from gpupack.extender.settings import Settings, SettingsError, load_settings
 from gpupack.extender.state import ClusterState
 from gpupack.extender.warm_up import warm_up
@@ -117,14 +118,19 @@ def build_source(
 
 
 def uvicorn_config(app: object, settings: Settings, args: argparse.Namespace | None = None) -> uvicorn.Config:
-    """uvicorn's config: one worker, asyncio, TCP_NODELAY, no access log, TLS when a certificate is given."""
+    """uvicorn's config: one worker, asyncio, TCP_NODELAY, no access log, TLS when a certificate is given.
+
+    The guards' refusals are counted in the app's metrics when it has them (gpupack's app; a bench app has none).
+    """
+    metrics = getattr(getattr(app, "state", None), "metrics", None)
+    count_refusal = metrics.connection_refused if isinstance(metrics, Metrics) else None
     return uvicorn.Config(
         app,  # type: ignore[arg-type]  # any object: uvicorn checks the app when it loads it
         host=settings.host,
         port=settings.port,
         workers=1,
         loop="asyncio",
-        http=protocol_for(settings),
+        http=protocol_for(settings, count_refusal),
         log_config=None,
         access_log=False,
         timeout_keep_alive=120,  # longer than Go's 90 s idle timeout: the client closes first

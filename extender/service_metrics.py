@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from gpupack.extender.http_protocol import REFUSAL_REASONS
 from gpupack.extender.pool_metrics import PoolCollector
 from gpupack.extender.state import ClusterState
 
@@ -52,6 +53,15 @@ class Metrics:
             ("verb", "exception"),
             registry=self.registry,
         )
+        self.connections_refused = Counter(
+            "gpupack_connections_refused",
+            "Connections closed by the HTTP guards, by reason: head-too-large (431), header-timeout, "
+            "too-many-connections, unparseable (400).",
+            ("reason",),
+            registry=self.registry,
+        )
+        for reason in REFUSAL_REASONS:  # every reason shows from the start, at 0
+            self.connections_refused.labels(reason)
         self.registry.register(_StateCollector(state))
         self.registry.register(PoolCollector(state))  # GPU pools: product x capacity type (#16 item 5)
 
@@ -62,6 +72,10 @@ class Metrics:
     def internal_error(self, verb: str, exception: str) -> None:
         """Count one call answered with an internal error."""
         self.internal_errors.labels(verb, exception).inc()
+
+    def connection_refused(self, reason: str) -> None:
+        """Count one connection closed by an HTTP guard (`extender.http_protocol.REFUSAL_REASONS`)."""
+        self.connections_refused.labels(reason).inc()
 
     def cached(self) -> bytes | None:
         """The last rendered text while it is younger than `max_age_seconds`, else None."""

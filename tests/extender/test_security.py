@@ -287,6 +287,40 @@ def test_a_request_head_over_the_limit_gets_431_and_is_not_served(small_cluster)
         assert httpx.get(f"http://{host}:{port}/healthz", headers=under).status_code == 200
 
 
+def test_each_refused_connection_is_logged_once_with_its_reason_and_counted(
+    small_cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The brief's rule for bad input, for the HTTP guards: one log line naming the reason (uvicorn's own
+    reasonless warning for an unparseable request is dropped) and `gpupack_connections_refused_total`."""
+    state, _ = small_cluster
+    settings = Settings(max_connections=2, header_timeout_seconds=0.5, metrics_max_age_seconds=0)
+    caplog.set_level(logging.INFO)
+    with live_server(state, settings) as (host, port):
+        with socket.create_connection((host, port), timeout=5) as garbled:
+            garbled.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+            assert read_response(garbled).startswith("HTTP/1.1 400")
+        with socket.create_connection((host, port), timeout=5) as big:
+            big.sendall(b"GET /healthz HTTP/1.1\r\nX-Big: " + b"y" * 20_000 + b"\r\n\r\n")
+            assert closed_within(big, 3)
+        silent = [socket.create_connection((host, port), timeout=5) for _ in range(2)]
+        time.sleep(0.2)
+        extra = socket.create_connection((host, port), timeout=5)  # the third while two are open
+        assert closed_within(extra, 2) and all(closed_within(sock, 3) for sock in silent)
+        metrics = httpx.get(f"http://{host}:{port}/metrics").text
+        for sock in (*silent, extra):
+            sock.close()
+    counted = {
+        line.split('"')[1]: float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("gpupack_connections_refused_total{")
+    }
+    assert counted == {"head-too-large": 1, "header-timeout": 2, "too-many-connections": 1, "unparseable": 1}
+    refusals = [record.getMessage() for record in caplog.records if record.name.endswith("http_protocol")]
+    assert len(refusals) == 5 and sum("431" in line for line in refusals) == 1
+    assert sum("not valid HTTP" in line for line in refusals) == 1
+    assert not [record for record in caplog.records if record.getMessage() == "Invalid HTTP request received."]
+
+
 # --- logs ----------------------------------------------------------------------------------------------
 
 SECRETS = ("hunter2-db-password", "tok-3f9a-SECRET", "registry.example.com/secret-image", "--api-key=")
