@@ -772,9 +772,6 @@ class Bound:
 
 KEYWORDS = {"minimum": "minimum", "exclusiveMinimum": "exclusiveMinimum", "maximum": "maximum",
             "minLength": "minLength", "enum": "value must be one of"}  # fmt: skip
-# Chart keys the policy template writes under another name: `mixWholeWeight` is the settings' `mix.wholeWeight`
-# (as `mixWithMemory` is `mix.withMemory`), so the settings' error names that.
-SETTINGS_NAME = {"mixWholeWeight": "wholeWeight"}
 # Bounds of the chart that the settings model does not have, each with why it belongs to the chart alone.
 CHART_ONLY = {
     "policy.limits.verbTimeoutSeconds:maximum": "the chart's kube-scheduler gives up on the extender after httpTimeout",
@@ -829,7 +826,7 @@ def test_the_schema_and_gpupacks_settings_share_each_policy_bound(
         assert bound.limit == seconds(extender["httpTimeout"])
     else:
         name = str(bound.path[-1])
-        with pytest.raises(SettingsError, match=SETTINGS_NAME.get(name, name)):
+        with pytest.raises(SettingsError, match=name):  # each chart key is the settings' own name
             load_policy(unchecked, tmp_path)
     for value in bound.inside():
         load_policy(ok(policy_yaml(helm, *set_json("policy", policy_with(bound.path, value)))), tmp_path)
