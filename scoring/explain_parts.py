@@ -20,6 +20,7 @@ from gpupack.scoring.layout import (
     P_GPUPACK,
     W_COST,
     W_FRAG,
+    W_MIG_FRAG,
     W_MODEL,
     W_ORDER,
     W_PACK,
@@ -32,7 +33,7 @@ from gpupack.scoring.request import Kind, PodRequest
 
 # each part of the score and the weights it is made of, in the order the kernel adds them
 SCORE_PARTS: dict[str, tuple[int, ...]] = {
-    "fragmentation": (W_FRAG,),
+    "fragmentation": (W_FRAG, W_MIG_FRAG),
     "packing": (W_PACK,),
     "topology": (W_TOPO,),
     "model_fit": (W_MODEL,),

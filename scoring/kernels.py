@@ -179,6 +179,7 @@ from gpupack.scoring.layout import (
     W_FRAG,
     W_GPU_PACKING,
     W_KUBE,
+    W_MIG_FRAG,
     W_MODEL,
     W_ORDER,
     W_PACK,
@@ -560,11 +561,19 @@ def node_score(n, nodes, gpus, models, ask, weights, max_price, max_memory, coun
     """The policy's score of feasible node n (higher is better): Σ weights[part] * part, in column order."""
     score = 0.0
     for part in range(N_PARTS):
-        weight = weights[part]
+        weight = part_weight(part, weights, ask[REQ_KIND])
         if weight != 0.0:
             score += weighted_part(part, weight, n, nodes, gpus, models, ask, weights[FRAG_STEP], max_price,
                                    max_memory, count, free_before, free_after, frag_before, frag_after, topo)
     return score
+
+
+@helper
+def part_weight(part, weights, kind):
+    """The weight of part `part` for a request of `kind`: W_FRAG has its own weight for MIG requests."""
+    if part == W_FRAG and kind == KIND_MIG:
+        return weights[W_MIG_FRAG]
+    return weights[part]
 
 
 @per_node

@@ -52,9 +52,10 @@ N_PARTS = 13
 # after the parts: the weight of the rank term (subtracted outside the memo: gpupack's consolidation)
 # and the step fragmentation growth is rounded to (GPUs; 0: not rounded); then the weight of what a share
 # adds to the fragmentation after it under PICK_LEAST_FRAG (`kernels.share_slack`): the milli its GPU
-# is left with beyond the largest share type of the mix that still fits there
-W_ORDER, FRAG_STEP, W_SHARE_SLACK = N_PARTS, N_PARTS + 1, N_PARTS + 2
-N_WEIGHTS = N_PARTS + 3
+# is left with beyond the largest share type of the mix that still fits there; last, the weight W_FRAG
+# has for a MIG request (MIG churn wants more of it than shares and whole GPUs do)
+W_ORDER, FRAG_STEP, W_SHARE_SLACK, W_MIG_FRAG = N_PARTS, N_PARTS + 1, N_PARTS + 2, N_PARTS + 3
+N_WEIGHTS = N_PARTS + 4
 # the rank term is W_ORDER * rank / max(nodes, ORDER_MIN_NODES): it spans W_ORDER GPUs over a large
 # cluster, and in a small one a rank step stays small beside model fit, topology and price
 ORDER_MIN_NODES = 100

@@ -30,7 +30,7 @@ class TieBreak(StrEnum):
 class GpupackWeights(BaseModel):
     """Weights of the `gpupack` score; every term is in [0, 1] or in GPUs, higher score is better.
 
-    score = -fragmentation * (expected fragmentation added, GPUs)
+    score = -fragmentation * (expected fragmentation added, GPUs; mig_fragmentation for a MIG request)
             + packing * (node GPU use after placement, 0..1)   (busy nodes first: idle ones can drain)
             - order * (rank of the node in a fixed order / max(nodes, 100))  (keep filling the same nodes)
             + topology * (NVLink quality of a multi-GPU set, 0..1: 3/4 share of NVLinked pairs,
@@ -57,6 +57,7 @@ class GpupackWeights(BaseModel):
     share_slack: float = Field(
         0.5, ge=0, description="fragmentation per milli a share leaves beyond the largest share type that fits"
     )
+    mig_fragmentation: float = Field(3.5, ge=0, description="`fragmentation` for MIG requests")
 
 
 class GpupackArgs(BaseModel):
@@ -166,6 +167,7 @@ def gpupack(args: GpupackArgs | None = None) -> PolicySpec:
         k.FRAG_STEP: w.frag_step,
         k.W_ORDER: w.order,
         k.W_SHARE_SLACK: w.share_slack,
+        k.W_MIG_FRAG: w.mig_fragmentation,
     }
     mix = LearnedMix(
         default_prior(),

@@ -53,6 +53,7 @@ from gpupack.scoring.layout import (
     W_FRAG,
     W_GPU_PACKING,
     W_KUBE,
+    W_MIG_FRAG,
     W_MODEL,
     W_ORDER,
     W_PACK,
@@ -591,7 +592,8 @@ def weighted_parts(
     weights = trial.ctx.policy.params
     parts: dict[int, float] = {}
     for part in range(N_PARTS):
-        weight = float(weights[part])
+        mig_frag = part == W_FRAG and trial.ctx.request.kind == Kind.MIG
+        weight = float(weights[W_MIG_FRAG] if mig_frag else weights[part])
         if weight != 0.0:
             value = weighted_part(part, weight, trial, free_before, free_after, frag_after, topo)
             if value is not None:

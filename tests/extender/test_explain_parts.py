@@ -67,3 +67,21 @@ def test_other_policies_have_no_parts() -> None:
     evaluation = state.evaluate(pod("p", gpus=1))
     assert evaluation.request is not None
     assert score_parts(state.inventory, state.decider.policy, evaluation.request) == {}
+
+
+def fragmentation_parts(weights: GpupackWeights, obj: dict[str, Any]) -> dict[str, float]:
+    state = example_state(weights)
+    evaluation = state.evaluate(obj)
+    assert evaluation.request is not None
+    parts = score_parts(state.inventory, state.decider.policy, evaluation.request)
+    return {node: terms["fragmentation"] for node, terms in parts.items()}
+
+
+def test_mig_requests_weigh_fragmentation_by_their_own_weight() -> None:
+    mig, share = PODS["a 1g.10gb instance"], PODS["a share"]
+    base = fragmentation_parts(GpupackWeights(), mig)
+    assert any(value != 0.0 for value in base.values()), "some node's fragmentation grows: the check can fail"
+    assert fragmentation_parts(GpupackWeights(fragmentation=9.0), mig) == base
+    doubled = GpupackWeights(mig_fragmentation=2 * GpupackWeights().mig_fragmentation)
+    assert fragmentation_parts(doubled, mig) == {node: 2 * value for node, value in base.items()}
+    assert fragmentation_parts(doubled, share) == fragmentation_parts(GpupackWeights(), share)
