@@ -57,7 +57,7 @@ class GpupackWeights(BaseModel):
     share_slack: float = Field(
         0.5, ge=0, description="fragmentation per milli a share leaves beyond the largest share type that fits"
     )
-    mig_fragmentation: float = Field(3.5, ge=0, description="`fragmentation` for MIG requests")
+    mig_fragmentation: float = Field(2.5, ge=0, description="`fragmentation` for MIG requests")
 
 
 class GpupackArgs(BaseModel):
