@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupack.bench.arm_report import seeds_arg, write_report
-from gpupack.bench.markdown import Table, bullet_list
+from gpupack.bench.markdown import Table, bullet_list, provenance
 from gpupack.bench.paired import SIGNIFICANCE, Paired, paired, sign_test
 from gpupack.sim.defrag_churn import CONFIG, NODES, OPENB_WHOLE_GPU_PODS, Arm, DefragConfig, run_defrag_churn
 
@@ -305,9 +305,7 @@ def render(runs: Sequence[Run], info: Mapping[str, object], command: str) -> tup
     summary = paired_table(seeds)
     parts = [
         "# Defragmentation under churn: gpupack, gpupack+defrag, gpupack+count-rule (#31 item 3)",
-        f"`{command}` (`bench.defrag`, protocol `sim.defrag_churn`). Machine: {info['cpu']}, {info['cores']} "
-        f"cores, {info['ram_gib']} GiB RAM, Python {info['python']}, shared with other sessions; {info['date']}, "
-        f"commit `{info['commit']}`; {info['seconds']} s. Seeds {', '.join(str(s) for s, _ in seeds)}. Settings "
+        f"{provenance(command, 'defrag', 'defrag_churn', info)} Seeds {', '.join(str(s) for s, _ in seeds)}. Settings "
         f"chosen on seeds 0–41 only ({TUNING}); nothing was tuned on the seeds reported.",
         protocol_text(seeds[0][1][Arm.GPUPACK.value]) if seeds else "(no runs)",
         "## Findings",

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupack.bench.arm_report import seeds_arg, write_report
-from gpupack.bench.markdown import Table, bullet_list
+from gpupack.bench.markdown import Table, bullet_list, provenance
 from gpupack.bench.paired import Paired, paired
 from gpupack.sim.churn import INFERENCE_SIZES
 from gpupack.sim.dra_churn import CONFIG, NODES, PROBES, PUBLISHED_PROFILES, Arm, run_dra_churn
@@ -231,9 +231,7 @@ def render(runs: Sequence[Run], info: Mapping[str, object], command: str) -> tup
     summary = paired_table(seeds, comparisons)
     parts = [
         "# DRA first fit against gpupack: MIG churn on H100 nodes (#30 item 4)",
-        f"`{command}` (`bench.dra_churn`, protocol `sim.dra_churn`). Machine: {info['cpu']}, {info['cores']} "
-        f"cores, {info['ram_gib']} GiB RAM, Python {info['python']}, shared with other sessions; {info['date']}, "
-        f"commit `{info['commit']}`; {info['seconds']} s. Seeds {', '.join(str(s) for s, _, _ in seeds)}. The "
+        f"{provenance(command, 'dra_churn', 'dra_churn', info)} Seeds {', '.join(str(s) for s, _, _ in seeds)}. The "
         "load and the cluster size were chosen on seeds 0–41 only (the lowest load, in steps of 0.05, at which "
         "both arms rejected pods on every one of those seeds); nothing was tuned on seeds 42–51.",
         protocol_text(seeds[0][1]) if seeds else "(no runs)",

@@ -22,7 +22,7 @@ from typing import Any
 
 from gpupack.bench.arm_report import arguments, report_tail, run_and_write, saved_runs, seeds_arg
 from gpupack.bench.jobs import NODE_LIST, _nodes, _pods, pod_file
-from gpupack.bench.markdown import Table, bullet_list
+from gpupack.bench.markdown import Table, bullet_list, provenance
 from gpupack.bench.paired import Paired, paired
 from gpupack.scoring.facts import NodeFacts
 from gpupack.sim.gangs import K_SIZES, K_WEIGHTS, Arm, GangConfig, gang_jobs, nvl72_nodes, run_gangs
@@ -216,9 +216,7 @@ def render(
     clusters = ", ".join(f"{w}: {runs[0]['gpus_total']} GPUs" for w, runs in results.items() if runs)
     parts = [
         "# Gangs: all members or none, against pod-by-pod placement (#29 item 4)",
-        f"`{command}` (`bench.gangs`, protocol `sim.gangs`). Machine: {info['cpu']}, {info['cores']} cores, "
-        f"{info['ram_gib']} GiB RAM, Python {info['python']}, shared with other sessions; {info['date']}, commit "
-        f"`{info['commit']}`; {info['seconds']} s. Seeds {', '.join(map(str, seeds))}, the report's seeds: the "
+        f"{provenance(command, 'gangs', 'gangs', info)} Seeds {', '.join(map(str, seeds))}, the report's seeds: the "
         "protocol has no weights and nothing was tuned on them.",
         f"Clusters: openb traces on the openb GPU node list; `{NVL72}/<trace>`: the trace's pods on a synthetic "
         "GB200 NVL72 cluster (8 racks x 18 nodes x 4 GPUs, NVSwitch inside a node, each node labelled with its "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,3 +72,13 @@ def update_readme(readme: Path, block: str) -> bool:
 def bullet_list(items: Sequence[str]) -> str:
     """Markdown bullets, or a single line saying there is nothing to list."""
     return "\n".join(f"- {item}" for item in items) if items else "- (none)"
+
+
+def provenance(command: str, module: str, protocol: str, info: Mapping[str, object]) -> str:
+    """The opening of a bench report: the command, its module and protocol, the machine, date, commit and
+    wall seconds (`bench_report.machine` plus `seconds`)."""
+    return (
+        f"`{command}` (`bench.{module}`, protocol `sim.{protocol}`). Machine: {info['cpu']}, {info['cores']} "
+        f"cores, {info['ram_gib']} GiB RAM, Python {info['python']}; {info['date']}, commit `{info['commit']}`; "
+        f"{info['seconds']} s."
+    )

@@ -23,7 +23,7 @@ from typing import Any
 
 from gpupack.bench.arm_report import arguments, report_tail, run_and_write, saved_runs, seeds_arg
 from gpupack.bench.jobs import NODE_LIST, _nodes, _pods, pod_file
-from gpupack.bench.markdown import Table, bullet_list
+from gpupack.bench.markdown import Table, bullet_list, provenance
 from gpupack.bench.paired import Paired, paired
 from gpupack.sim.churn import inference_pods
 from gpupack.sim.priority import Chooser, PriorityConfig, drawn_order, run_priority
@@ -185,9 +185,8 @@ def render(
     seeds = sorted({int(r["seed"]) for runs in results.values() for r in runs})
     parts = [
         "# Preemption: gpupack's victim choice against kube-scheduler's counting (#28 item 3)",
-        f"`{command}` (`bench.preemption`, protocol `sim.priority`). Machine: {info['cpu']}, {info['cores']} cores, "
-        f"{info['ram_gib']} GiB RAM, Python {info['python']}, shared with other sessions; {info['date']}, commit "
-        f"`{info['commit']}`; {info['seconds']} s. Seeds {', '.join(map(str, seeds))}. The protocol has no weights "
+        f"{provenance(command, 'preemption', 'priority', info)} Seeds {', '.join(map(str, seeds))}. The protocol "
+        "has no weights "
         "and nothing was tuned on these seeds.",
         "**Protocol.** Pods arrive one at a time in the seeded order of each workload (openb: the fgd protocol's "
         f"order to {int(OPENB_RATIO * 100)} % of the GPUs; {MIG}: {MIG_NOTE}, drawn to {int(MIG_RATIO * 100)} %). "
