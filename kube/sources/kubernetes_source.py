@@ -263,14 +263,16 @@ class KubernetesSource:
             self._threads.append(thread)
             thread.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop the loops, interrupting pending watches, and wait up to ``timeout`` seconds for them."""
+    def stop(self, timeout: float = 5.0) -> bool:
+        """Stop the loops, interrupting pending watches, and wait up to ``timeout`` seconds for them; True
+        when every loop has ended."""
         self._stopping.set()
         for reflector in self._reflectors:
             reflector.interrupt()
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in self._threads)
 
     def wait_synced(self, timeout: float | None = None) -> bool:
         """Wait until the initial lists are applied; False when ``timeout`` passed first."""

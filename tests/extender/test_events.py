@@ -220,7 +220,7 @@ def test_a_writer_that_does_not_answer_blocks_nothing_and_a_full_queue_drops_and
     started = time.perf_counter()
     for i in range(20):
         events.assigned(PodRef("default", f"p{i}", f"uid-{i}"), Placement("a", (GpuSlot(0),)))
-    assert time.perf_counter() - started < 1.0  # never waited for the API
+    assert time.perf_counter() - started < 5.0  # never waited for the API (one blocked write takes 10 s)
     _, failures = events.counts()
     assert failures[EventFailure.QUEUE_FULL] >= 20 - 5 - 1  # one may already be in the writer's hands
     sink.release.set()

@@ -182,8 +182,8 @@ class Harness:
         self.source.start()
         self.api.wait_idle()
 
-    def stop(self) -> None:
-        self.source.stop(timeout=2)
+    def stop(self) -> bool:
+        return self.source.stop(timeout=2)
 
 
 @pytest.fixture
@@ -472,10 +472,7 @@ def test_stop_interrupts_a_pending_watch() -> None:
     h = Harness()
     script_initial(h)
     h.run()
-    started = time.monotonic()
-    h.stop()
-    assert time.monotonic() - started < 1.0
-    assert not any(t.is_alive() for t in h.source._threads)
+    assert h.stop()  # within 2 s; the watch would hold its loop for 240
 
 
 def test_writes_are_forwarded_to_the_api(harness: Harness) -> None:

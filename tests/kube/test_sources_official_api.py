@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -285,12 +284,12 @@ def test_kubernetes_source_end_to_end_and_stop_interrupts_an_open_watch(server: 
         assert source.wait_synced(5)
         assert got_added.wait(5)
     finally:
-        started = time.monotonic()
-        source.stop(timeout=3)
-        stop_seconds = time.monotonic() - started
+        # the open watches would hold their loops for 60 s: stop must interrupt them, not wait them out
+        # (the limit leaves room for a loaded machine; what it checks is that the loops end)
+        ended = source.stop(timeout=10)
         node_watch.release.set()
         pod_watch.release.set()
-    assert stop_seconds < 1.0
+    assert ended
     assert [type(e).__name__ for e in received] == [
         "NodeUpserted",
         "PodUpserted",
