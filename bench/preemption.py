@@ -186,8 +186,7 @@ def render(
     parts = [
         "# Preemption: gpupack's victim choice against kube-scheduler's counting (#28 item 3)",
         f"{provenance(command, 'preemption', 'priority', info)} Seeds {', '.join(map(str, seeds))}. The protocol "
-        "has no weights "
-        "and nothing was tuned on these seeds.",
+        "has no weights and nothing was tuned on these seeds.",
         "**Protocol.** Pods arrive one at a time in the seeded order of each workload (openb: the fgd protocol's "
         f"order to {int(OPENB_RATIO * 100)} % of the GPUs; {MIG}: {MIG_NOTE}, drawn to {int(MIG_RATIO * 100)} %). "
         "Until the arrived demand reaches 100 % of the GPUs every pod is low priority (the fill); after it each "
