@@ -46,7 +46,7 @@ from gpupack.bench.jobs import (
 )
 from gpupack.bench.markdown import update_readme
 from gpupack.bench.openb_report import openb_section, readme_block
-from gpupack.bench.report_text import preemption_text, render, seeds_text, soak_text
+from gpupack.bench.report_text import render, seeds_text, separate_runs_text, soak_text
 from gpupack.bench.sections import cost_section, mig_section, nvlink_section, speed_section
 from gpupack.sim.scenarios import churn_cluster, cost_cluster, mig_cluster, nvlink_cluster
 
@@ -420,7 +420,7 @@ def run_report(config: BenchConfig, out: Path, log: Callable[[str], None] = lamb
         "sections": {name: s.to_json() for name, s in sections.items()},
     }
     (out / "results.json").write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
-    text = render(asdict(config), info, sections, clusters) + soak_text(out, ROOT) + preemption_text(out)
+    text = render(asdict(config), info, sections, clusters) + soak_text(out, ROOT) + separate_runs_text(out)
     (out / "REPORT.md").write_text(text, encoding="utf-8")
     if config.update_readme and "openb" in sections:
         link = _relative_link(out / "REPORT.md")

@@ -2,9 +2,15 @@
 
 A threaded `http.server` speaking HTTP/1.1 with keep-alive: `/filter` answers the first candidate, found by
 a byte search of the body (`filter_answer`); `/prioritize` answers no scores; `/bind`
-POSTs one pre-assembled Binding over a kept-alive TLS connection of its thread. No event loop, no
+POSTs one pre-assembled Binding over a kept-alive TLS connection taken from a pool. No event loop, no
 framework, no state: what is left of a run's CPU is kube-scheduler's, the API server's and etcd's, so
 gpupack's pods/s against this one says how close gpupack is to the limit of the rig.
+
+kube-scheduler binds in parallel and keeps only some of its connections to the extender idle, so it keeps
+opening new ones, each served by a new thread. The API server connections are therefore pooled, not kept
+per thread: a thread per connection with a TLS connection of its own paid a handshake per new connection,
+and the server listens with a backlog of `BACKLOG` (socketserver's default of 5 overflowed under a burst).
+A bind slower than `SLOW_BIND_SECONDS` is logged with where its time went.
 
     python -m gpupack.bench.minimal_extender --kubeconfig PATH --port PORT
 """
@@ -14,14 +20,18 @@ from __future__ import annotations
 import argparse
 import http.client
 import http.server
+import queue
 import ssl
-import threading
+import sys
+import time
 from urllib.parse import urlsplit
 
 from gpupack.kube.sources.kube_api import load_kube_config
 
 OK = b'{"Error":""}'
 NO_NODE = b'{"NodeNames":[],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":"no candidates"}'
+BACKLOG = 1024  # pending connections the listening socket holds
+SLOW_BIND_SECONDS = 1.0
 
 
 def first_candidate(body: bytes) -> bytes | None:
@@ -43,14 +53,14 @@ def filter_answer(body: bytes) -> bytes:
 
 
 class Binder:
-    """One kept-alive TLS connection to the API server per thread; a Binding POST per call."""
+    """Kept-alive TLS connections to the API server, shared by the handler threads; a Binding POST per call."""
 
     def __init__(self, kubeconfig: str) -> None:
         configuration = load_kube_config(kubeconfig).configuration
         self.api = urlsplit(configuration.host)
         self.tls = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
         self.tls.load_cert_chain(configuration.cert_file, configuration.key_file)
-        self.connections = threading.local()
+        self.idle: queue.LifoQueue[http.client.HTTPSConnection] = queue.LifoQueue()
 
     def bind(self, body: bytes) -> bytes:
         """The Binding of ExtenderBindingArgs `body`, its fields cut out by byte search; the answer's Error."""
@@ -63,19 +73,30 @@ class Binder:
         try:
             status, _ = self.post(path, binding)
         except OSError as exc:
-            self.connections.current = None
             return b'{"Error":"%s"}' % type(exc).__name__.encode()
         return OK if status < 300 else b'{"Error":"HTTP %d"}' % status
 
     def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        """POST JSON `body` over this thread's kept-alive connection: (status, answer body). Raises OSError."""
-        connection = getattr(self.connections, "current", None)
-        if connection is None:
+        """POST JSON `body` over an idle pooled connection, or a new one: (status, answer body). Raises OSError
+        (the connection is then dropped)."""
+        started = time.perf_counter()
+        try:
+            connection, fresh = self.idle.get_nowait(), False
+        except queue.Empty:
             connection = http.client.HTTPSConnection(self.api.hostname, self.api.port, context=self.tls, timeout=30)
-            self.connections.current = connection
-        connection.request("POST", path, body=body, headers={"Content-Type": "application/json"})
-        response = connection.getresponse()
-        return response.status, response.read()
+            fresh = True
+        try:
+            connection.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            answer = response.status, response.read()
+        except BaseException:
+            connection.close()
+            raise
+        self.idle.put(connection)
+        took = time.perf_counter() - started
+        if took > SLOW_BIND_SECONDS:
+            print(f"slow bind: {took:.2f} s ({'new' if fresh else 'pooled'} connection) {path}", file=sys.stderr)
+        return answer
 
 
 def _string(body: bytes, key: bytes) -> bytes:
@@ -113,14 +134,20 @@ def handler_for(binder: Binder) -> type[http.server.BaseHTTPRequestHandler]:
     return Handler
 
 
+class Server(http.server.ThreadingHTTPServer):
+    """The threaded server, with a listen backlog a burst of kube-scheduler's connections fits in."""
+
+    request_queue_size = BACKLOG
+    daemon_threads = True
+
+
 def main() -> None:
     """Serve the minimal extender on 127.0.0.1 until interrupted."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), handler_for(Binder(args.kubeconfig)))
-    server.daemon_threads = True
+    server = Server(("127.0.0.1", args.port), handler_for(Binder(args.kubeconfig)))
     server.serve_forever()
 
 

@@ -5,7 +5,7 @@
 gpu node list) and on the MIG-heavy mix (sim.churn's inference pods, drawn to `MIG_RATIO` x the GPUs of
 the churn cluster: A100, H100 and H200 nodes in dynamic MIG mode), and writes DIR/preemption.md and
 DIR/preemption.json (DIR: bench/results). `gpupack bench` puts preemption.md into REPORT.md as its
-section 8 when it finds it there (`report_text.preemption_text`); this run never writes REPORT.md.
+section 8 when it finds it there (`report_text.separate_runs_text`); this run never writes REPORT.md.
 
 Each seed gives one paired difference per metric (gpupack − count, same submission order and the same
 high-priority pods); a difference is better or worse only when the exact sign test gives p < 0.05

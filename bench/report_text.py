@@ -281,17 +281,24 @@ def soak_text(out: Path, repo: Path) -> str:
     return f"\n## 7. Soak (a separate run: {source}; {where})\n\n{body}"
 
 
-def preemption_text(out: Path) -> str:
-    """Section 8: the priority protocol, a separate run (`python -m gpupack.bench.preemption`, #28) whose
-    preemption.md sits beside this report and says its own command, machine, date and commit. Empty when
-    there is none."""
-    part = out / "preemption.md"
-    if not part.exists():
-        return ""
+SEPARATE_RUNS = ("preemption", "gangs")  # sections 8 and 9: `python -m gpupack.bench.<name>` writes <name>.md
+
+
+def separate_runs_text(out: Path) -> str:
+    """Sections 8 on: the benches that run apart from `make bench` (`SEPARATE_RUNS`, #28, #29), each from the
+    `<name>.md` it wrote beside this report, which says its own command, machine, date and commit. A bench
+    without a report there is left out, and the sections after it move up."""
+    parts = [part for name in SEPARATE_RUNS if (part := out / f"{name}.md").exists()]
+    return "".join(separate_run_text(part, number) for number, part in enumerate(parts, start=8))
+
+
+def separate_run_text(part: Path, number: int) -> str:
+    """Section `number` from a separate bench's markdown `part`: its title as the heading, its own headings one
+    level down."""
     title, _, body = part.read_text(encoding="utf-8").partition("\n")
     heading = title.removeprefix("# ")
     body = body.replace("\n## ", "\n### ")
-    return f"\n## 8. {heading} (a separate run: `{part.name}` and `preemption.json`)\n{body}"
+    return f"\n## {number}. {heading} (a separate run: `{part.name}` and `{part.with_suffix('.json').name}`)\n{body}"
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -7,7 +7,8 @@ until every pod is bound. The extenders: `minimal` (`bench.minimal_extender`, th
 HTTP server: the limit), `trivial` (`bench.trivial_extender`, the same answers on gpupack's uvicorn stack) and
 gpupack. Runs rotate through them. pods/s is measured from the first to the last "Successfully bound" line
 of kube-scheduler's log, so start-up does not count. Each process's CPU time over the same window (from
-/proc) says where the time goes.
+/proc) says where the time goes, and the API server's count of the writes it served in that window
+(`apiserver_request_total`) says which requests the extender caused.
 
     gpupack bench --throughput [--out DIR]
     python -m gpupack.bench.throughput_cli --nodes 500 --pods 2000 --rounds 2 [--extenders minimal,gpupack]
@@ -20,6 +21,7 @@ import re
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,6 +47,9 @@ BASELINE = "minimal"  # every ratio is against it
 BASELINE_MODULES = {"minimal": "gpupack.bench.minimal_extender", "trivial": "gpupack.bench.trivial_extender"}
 COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "extender")
 TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
+REQUESTS = re.compile(r"^apiserver_request_total\{(.*)\} (\S+)$", re.MULTILINE)
+LABEL = re.compile(r'(\w+)="([^"]*)"')
+WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY"})
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,7 @@ class RunResult:
     seconds: float
     pods_per_second: float
     cpu_ms_per_pod: dict[str, float] = field(default_factory=dict)
+    writes_per_pod: dict[str, float] = field(default_factory=dict)  # API server writes, by `VERB resource`
     fresh_numba_cache: bool = False  # gpupack's first run of a size: every kernel compiled since its start
 
 
@@ -92,6 +98,17 @@ def cpu_seconds(process: Process | None) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / TICKS_PER_SECOND
+
+
+def api_writes(metrics: str) -> Counter[str]:
+    """Writes the API server has served, by `VERB resource[/subresource]`, from its /metrics text."""
+    writes: Counter[str] = Counter()
+    for labels_text, value in REQUESTS.findall(metrics):
+        labels = dict(LABEL.findall(labels_text))
+        if labels.get("verb") in WRITES:
+            resource = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+            writes[f"{labels['verb']} {resource}"] += int(float(value))
+    return writes
 
 
 def bound_times(log: bytes) -> list[float]:
@@ -145,9 +162,10 @@ class Rig:
         try:
             # CPU is counted from the first bind on, so the scheduler's start-up is not in it
             wait_until("the first bind", lambda: len(self._bound_since(log_path, offset)) >= 1, timeout, 0.02)
-            before, binds_before = self._cpu(), len(self._bound_since(log_path, offset))
+            before, writes_before = self._cpu(), self._writes()
+            binds_before = len(self._bound_since(log_path, offset))
             wait_until(f"{pods} binds", lambda: len(self._bound_since(log_path, offset)) >= pods, timeout, 0.5)
-            after = self._cpu()
+            after, writes_after = self._cpu(), self._writes()
             times = self._bound_since(log_path, offset)
         finally:
             plane.kill_scheduler()
@@ -156,8 +174,9 @@ class Rig:
         seconds = times[-1] - times[0]
         counted = max(len(times) - binds_before, 1)
         cpu = {name: round((after[name] - before[name]) * 1000 / counted, 2) for name in COMPONENTS}
+        writes = {kind: round(n / counted, 2) for kind, n in (writes_after - writes_before).items()}
         rate = (len(times) - 1) / seconds if seconds > 0 else 0.0
-        return RunResult(extender, self.nodes, pods, len(times), round(seconds, 2), round(rate, 1), cpu, fresh)
+        return RunResult(extender, self.nodes, pods, len(times), round(seconds, 2), round(rate, 1), cpu, writes, fresh)
 
     def _delete_pods(self, namespace: str) -> None:
         """Delete the run's pods and wait until they are gone, so the next run does not pay for it."""
@@ -192,6 +211,10 @@ class Rig:
         processes = (plane.etcd, plane.apiserver, plane.scheduler, self.extender)
         return {name: cpu_seconds(process) for name, process in zip(COMPONENTS, processes, strict=True)}
 
+    def _writes(self) -> Counter[str]:
+        response = self.plane.api_client().call_api("GET", f"{self.plane.apiserver_url}/metrics")
+        return api_writes(response.read().decode())
+
     @staticmethod
     def _bound_since(log_path: Path, offset: int) -> list[float]:
         with log_path.open("rb") as handle:
@@ -225,6 +248,10 @@ def summary_rows(results: Sequence[RunResult]) -> list[dict[str, Any]]:
             runs = [r for r in results if r.nodes == nodes and r.extender == extender]
             row[extender] = round(statistics.median(r.pods_per_second for r in runs), 1)
             row[f"{extender}_cpu"] = {c: statistics.median(r.cpu_ms_per_pod[c] for r in runs) for c in COMPONENTS}
+            kinds = sorted({kind for r in runs for kind in r.writes_per_pod})
+            row[f"{extender}_writes"] = {
+                k: statistics.median(r.writes_per_pod.get(k, 0.0) for r in runs) for k in kinds
+            }
             row[f"{extender}_runs"] = [r.pods_per_second for r in runs]
         for extender in ran:
             base = row.get(BASELINE)
@@ -252,8 +279,8 @@ def render_markdown(results: Sequence[RunResult], machine: dict[str, Any], confi
         'extender and kube-scheduler start. pods/s = binds / (first → last "Successfully bound" in '
         f"kube-scheduler's log). {config.rounds} runs per extender and size, rotating; medians. `minimal` "
         "(`bench/minimal_extender.py`) is the limit: the standard library's threaded HTTP server, filter "
-        "answering the first candidate by a byte search, bind one pre-assembled Binding POST over a kept-alive "
-        "TLS connection. `trivial` (`bench/trivial_extender.py`) gives the same answers on gpupack's uvicorn "
+        "answering the first candidate by a byte search, bind one pre-assembled Binding POST over pooled "
+        "kept-alive TLS connections. `trivial` (`bench/trivial_extender.py`) gives the same answers on gpupack's uvicorn "
         "stack.",
         "",
         "| nodes | gpupack / minimal | trivial / minimal | minimal pods/s | trivial pods/s | gpupack pods/s | runs |",
@@ -281,6 +308,7 @@ def render_markdown(results: Sequence[RunResult], machine: dict[str, Any], confi
             cpu = row[f"{extender}_cpu"]
             cells = " | ".join(f"{cpu[c]:.2f}" for c in COMPONENTS)
             lines.append(f"| {row['nodes']:,} | {extender} | {cells} | {sum(cpu.values()):.2f} |")
+    lines += writes_table(rows)
     fresh = [row for row in rows if "fresh_cache_ratio" in row]
     if fresh:
         lines += [
@@ -292,6 +320,30 @@ def render_markdown(results: Sequence[RunResult], machine: dict[str, Any], confi
         ]
     lines.append("")
     return "\n".join(lines)
+
+
+def writes_table(rows: Sequence[dict[str, Any]], least: float = 0.05) -> list[str]:
+    """The API server's writes per pod in the same window, median, by kind (kinds under `least` a pod in every
+    run of every extender are left out of the columns, not of the total)."""
+    shown = sorted(
+        {k for row in rows for e in row["extenders"] for k, n in row.get(f"{e}_writes", {}).items() if n >= least}
+    )
+    if not shown:
+        return []
+    lines = [
+        "",
+        "API server writes per pod, median (its `apiserver_request_total` over the same window; all writes in "
+        "the total):",
+        "",
+        "| nodes | extender | " + " | ".join(f"`{k}`" for k in shown) + " | total |",
+        "|---:|---|" + "---:|" * (len(shown) + 1),
+    ]
+    for row in rows:
+        for extender in row["extenders"]:
+            writes = row.get(f"{extender}_writes", {})
+            cells = " | ".join(f"{writes.get(k, 0.0):.2f}" for k in shown)
+            lines.append(f"| {row['nodes']:,} | {extender} | {cells} | {sum(writes.values()):.2f} |")
+    return lines
 
 
 def result_json(results: Sequence[RunResult], machine: dict[str, Any]) -> dict[str, Any]:

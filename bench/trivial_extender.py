@@ -1,8 +1,8 @@
 """The throughput baseline: a kube-scheduler extender that does nothing but answer and bind.
 
 `/filter` answers the first candidate name, found in the request bytes without parsing the JSON;
-`/prioritize` answers no scores; `/bind` POSTs the Binding as pre-assembled JSON over a kept-alive TLS
-connection of its worker thread (no client library: the baseline should cost as little as an extender
+`/prioritize` answers no scores; `/bind` POSTs the Binding as pre-assembled JSON over a pooled kept-alive TLS
+connection (the minimal extender's `Binder`; no client library: the baseline should cost as little as an extender
 can). It runs under uvicorn with gpupack's own server configuration (`extender.service.uvicorn_config`),
 so a side-by-side run measures what gpupack's decisions, state, watches and binder cost, not a
 different HTTP stack.
@@ -30,7 +30,7 @@ class TrivialExtender:
     """An ASGI app: filter keeps the first candidate, bind posts the Binding."""
 
     def __init__(self, kubeconfig: str) -> None:
-        self.binder = Binder(kubeconfig)  # the minimal extender's: one kept-alive TLS connection per thread
+        self.binder = Binder(kubeconfig)  # the minimal extender's: pooled kept-alive TLS connections
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         """Serve one request (or the lifespan protocol)."""
@@ -63,7 +63,6 @@ class TrivialExtender:
         try:
             status, answer = self.binder.post(f"/api/v1/namespaces/{namespace}/pods/{name}/binding", binding)
         except OSError as exc:  # the answer carries it to kube-scheduler, which retries the pod
-            self.binder.connections.current = None
             return orjson.dumps({"Error": f"{type(exc).__name__}: {exc}"})
         return b'{"Error":""}' if status < 300 else orjson.dumps({"Error": f"HTTP {status}: {answer[:300]!r}"})
 

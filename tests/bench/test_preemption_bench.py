@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from gpupack.bench import preemption
-from gpupack.bench.report_text import preemption_text
+from gpupack.bench.report_text import separate_runs_text
 
 
 def _run(chooser: str, seed: int, **numbers: float) -> dict[str, Any]:
@@ -32,10 +32,10 @@ def test_the_bench_writes_its_part_and_report_text_takes_it_in(tmp_path: Path) -
         ("count", 42), ("count", 43), ("gpupack", 42), ("gpupack", 43)
     ]  # fmt: skip
     assert all(r["run"]["wasted_evictions"] == 0 for r in runs if r["chooser"] == "gpupack")
-    part = preemption_text(tmp_path)
+    part = separate_runs_text(tmp_path)
     assert part.startswith("\n## 8. Preemption: gpupack's victim choice")
     assert "\n### mig-inference: per seed" in part and "\n## mig" not in part
-    assert preemption_text(tmp_path / "nowhere") == ""
+    assert separate_runs_text(tmp_path / "nowhere") == ""
 
 
 def test_goals_name_the_seeds_that_miss_and_count_ties() -> None:
