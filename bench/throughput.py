@@ -280,8 +280,8 @@ def render_markdown(results: Sequence[RunResult], machine: dict[str, Any], confi
         f"kube-scheduler's log). {config.rounds} runs per extender and size, rotating; medians. `minimal` "
         "(`bench/minimal_extender.py`) is the limit: the standard library's threaded HTTP server, filter "
         "answering the first candidate by a byte search, bind one pre-assembled Binding POST over pooled "
-        "kept-alive TLS connections. `trivial` (`bench/trivial_extender.py`) gives the same answers on gpupack's uvicorn "
-        "stack.",
+        "kept-alive TLS connections. `trivial` (`bench/trivial_extender.py`) gives the same answers on gpupack's "
+        "uvicorn stack.",
         "",
         "| nodes | gpupack / minimal | trivial / minimal | minimal pods/s | trivial pods/s | gpupack pods/s | runs |",
         "|---:|---:|---:|---:|---:|---:|---|",

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from gpupack.extender.pod_ledger import PodRecord
+from gpupack.extender.pod_records import PodRecord
 from gpupack.kube.keys import LABEL_MOVABLE
 from gpupack.report.snapshot import ClusterSnapshot
 from gpupack.scoring.cost import placement_gpus

@@ -26,7 +26,8 @@ import orjson
 from gpupack.errors import GpupackError
 from gpupack.extender.decisions import UNKNOWN_NODE, ServiceDecisions
 from gpupack.extender.pod_events import PodEvents, PodRef
-from gpupack.extender.pod_ledger import PodLedger, identity
+from gpupack.extender.pod_ledger import PodLedger
+from gpupack.extender.pod_records import identity
 from gpupack.extender.reservations import Ended, Reservation, ReservationBook, ReservationState
 from gpupack.kube.keys import ANNOTATION_ASSIGNMENT
 from gpupack.kube.sources.kube_api import ClusterWriter

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupack.errors import GpupackError
-from gpupack.extender.pod_ledger import PodRecord
+from gpupack.extender.pod_records import PodRecord
 from gpupack.kube.sources.events import BudgetDeleted, BudgetUpserted, Event
 
 logger = logging.getLogger(__name__)

@@ -30,7 +30,8 @@ from gpupack.extender.gangs import Gangs, MemberAnswer
 from gpupack.extender.inline import leave_the_loop_if_heavy
 from gpupack.extender.nominations import Nominations
 from gpupack.extender.pod_events import PodEvents, PodRef, no_node_note
-from gpupack.extender.pod_ledger import PodLedger, identity
+from gpupack.extender.pod_ledger import PodLedger
+from gpupack.extender.pod_records import identity
 from gpupack.extender.reservations import Ended, ReservationBook
 from gpupack.extender.settings import Settings
 from gpupack.kube.pod_request import request_from_pod

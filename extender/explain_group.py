@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpupack.extender.gangs import GroupHold
-from gpupack.extender.pod_ledger import identity
+from gpupack.extender.pod_records import identity
 from gpupack.extender.state import ClusterState
 from gpupack.kube.pods import pod_key, pod_uid
 from gpupack.scoring.facts import Placement

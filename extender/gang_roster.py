@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpupack.extender.pod_ledger import identity
+from gpupack.extender.pod_records import identity
 from gpupack.kube.pod_groups import GroupId, Membership, MembershipError, Rule, membership, min_member
 from gpupack.kube.sources.events import Event, GroupDeleted, GroupUpserted, PodDeleted, PodUpserted, Synced
 

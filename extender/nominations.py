@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from gpupack.extender.pod_ledger import identity
+from gpupack.extender.pod_records import identity
 from gpupack.kube.keys import ANNOTATION_DEFRAG_HOLD
 from gpupack.kube.pod_request import AssignmentError, assignment_from_pod, request_from_pod
 from gpupack.kube.sources.events import Event, NodeDeleted, NodeUpserted, PodDeleted, PodUpserted, Synced

@@ -1,6 +1,6 @@
 """The pods on a node that preemption could evict, as scoring.preemption's `Occupant`s (#28).
 
-Built from the pod ledger (extender.pod_ledger.PodLife): every bound pod of the node that holds
+Built from the pod ledger (extender.pod_records.PodLife): every bound pod of the node that holds
 capacity, is not already terminating and has a uid (the answer names victims by uid). A terminating
 pod is leaving whatever gpupack answers, so it is no one's victim; what it holds is counted as freed
 (`leaving_on`).
@@ -15,7 +15,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from gpupack.extender.pod_ledger import PodLedger, PodRecord
+from gpupack.extender.pod_ledger import PodLedger
+from gpupack.extender.pod_records import PodRecord
 from gpupack.scoring.facts import Placement
 from gpupack.scoring.geometry import SHAPES, MigFamily, resolve_profile
 from gpupack.scoring.gpu_models import lookup_model

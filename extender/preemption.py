@@ -30,7 +30,8 @@ from enum import StrEnum
 from typing import Any
 
 from gpupack.extender.occupants import Budgets, leaving_on, no_budgets, occupants_on
-from gpupack.extender.pod_ledger import PodLedger, identity
+from gpupack.extender.pod_ledger import PodLedger
+from gpupack.extender.pod_records import identity
 from gpupack.kube.pod_request import request_from_pod
 from gpupack.kube.pods import pod_key, pod_priority, pod_uid
 from gpupack.scoring.decider import Decider

@@ -46,7 +46,8 @@ from gpupack.extender.dra_allocator import DraAllocator
 from gpupack.extender.gangs import Gangs
 from gpupack.extender.nominations import Nominations
 from gpupack.extender.pod_events import PodEvents
-from gpupack.extender.pod_ledger import BoundPod, PodLedger
+from gpupack.extender.pod_ledger import PodLedger
+from gpupack.extender.pod_records import BoundPod
 from gpupack.extender.preemption import Check, Preemptions
 from gpupack.extender.reservations import Clock, ReservationBook
 from gpupack.extender.settings import Settings

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from gpupack.extender.pod_ledger import identity
+from gpupack.extender.pod_records import identity
 from gpupack.extender.settings import Settings, SettingsError, load_settings
 from gpupack.extender.state import ClusterState
 from gpupack.kube.node_facts import node_is_schedulable

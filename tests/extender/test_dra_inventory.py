@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpupack.extender.pod_ledger import PlacedBy
+from gpupack.extender.pod_records import PlacedBy
 from gpupack.extender.settings import Settings
 from gpupack.extender.state import ClusterState
 from gpupack.kube.dra import DRIVER

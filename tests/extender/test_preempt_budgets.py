@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from gpupack.extender.budgets import DisruptionBudgets, SelectorError, read_selector
-from gpupack.extender.pod_ledger import PodLife, PodRecord
+from gpupack.extender.pod_records import PodLife, PodRecord
 from gpupack.kube.sources import (
     BudgetApi,
     BudgetDeleted,
