@@ -269,9 +269,10 @@ def machine() -> dict[str, object]:
     except (OSError, subprocess.SubprocessError):
         commit = "unknown"
     try:
+        # the reports and plots a bench writes are not changes to the code it ran
         changed = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True,
-            timeout=10, check=True,
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", f":(exclude){RESULTS}"], cwd=ROOT,
+            capture_output=True, text=True, timeout=10, check=True,
         ).stdout.strip()  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         changed = ""
