@@ -72,13 +72,13 @@ class Binder:
         path = f"/api/v1/namespaces/{namespace.decode()}/pods/{name.decode()}/binding"
         try:
             status, _ = self.post(path, binding)
-        except OSError as exc:
+        except (OSError, http.client.HTTPException) as exc:  # the answer carries it; kube-scheduler retries the pod
             return b'{"Error":"%s"}' % type(exc).__name__.encode()
         return OK if status < 300 else b'{"Error":"HTTP %d"}' % status
 
     def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        """POST JSON `body` over an idle pooled connection, or a new one: (status, answer body). Raises OSError
-        (the connection is then dropped)."""
+        """POST JSON `body` over an idle pooled connection, or a new one: (status, answer body). Raises OSError or
+        http.client.HTTPException (the connection is then dropped)."""
         started = time.perf_counter()
         try:
             connection, fresh = self.idle.get_nowait(), False

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -62,7 +63,7 @@ class TrivialExtender:
         )
         try:
             status, answer = self.binder.post(f"/api/v1/namespaces/{namespace}/pods/{name}/binding", binding)
-        except OSError as exc:  # the answer carries it to kube-scheduler, which retries the pod
+        except (OSError, http.client.HTTPException) as exc:  # the answer carries it; kube-scheduler retries
             return orjson.dumps({"Error": f"{type(exc).__name__}: {exc}"})
         return b'{"Error":""}' if status < 300 else orjson.dumps({"Error": f"HTTP {status}: {answer[:300]!r}"})
 
