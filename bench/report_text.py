@@ -103,7 +103,9 @@ def _header(config: Config, info: Mapping[str, object]) -> str:
         f"churn / MIG / NVLink / cost {seeds_text(config['scenario_seeds'])}; "
         f"scenario clusters at {config['scale']} x their full node counts\n"
         f"- tuning: {TUNING}\n"
-        "- every number below comes from this run; `results.json` beside this file holds them all (per seed)."
+        "- every number of sections 1–6 comes from this run; `results.json` beside this file holds them all (per "
+        "seed). The sections after them, when present, are separate runs that name their own command, machine, "
+        "date and commit."
     )
 
 
