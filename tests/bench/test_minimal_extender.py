@@ -157,7 +157,7 @@ def test_a_failed_connection_is_dropped_and_the_next_bind_opens_a_new_one(
         server.drop = False
     assert answer.startswith(b'{"Error":"') and answer != b'{"Error":""}'  # kube-scheduler retries the pod
     assert binder.bind(binding_args(3)) == b'{"Error":""}'
-    assert [body["metadata"] for _, _, body in server.posts] == [  # type: ignore[index]
+    assert [body["metadata"] for _, _, body in server.posts] == [
         {"name": "p-1", "namespace": "ns", "uid": "u-1"}, {"name": "p-3", "namespace": "ns", "uid": "u-3"}
     ]  # fmt: skip
     assert server.posts[0][0] != server.posts[1][0]  # the dropped connection was not reused
