@@ -119,16 +119,22 @@ def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeA
     server.shutdown()
 
 
+@pytest.fixture
+def bound_through(api_server: tuple[FakeApiServer, Path]) -> tuple[FakeApiServer, Binder]:
+    """The fake API server with no POSTs yet, and a new Binder of its kubeconfig."""
+    server, kubeconfig = api_server
+    server.posts.clear()
+    return server, Binder(str(kubeconfig))
+
+
 def binding_args(i: int) -> bytes:
     return orjson.dumps({"PodName": f"p-{i}", "PodNamespace": "ns", "PodUID": f"u-{i}", "Node": "n-3"})
 
 
 def test_binds_from_one_thread_after_another_share_one_kept_alive_connection(
-    api_server: tuple[FakeApiServer, Path],
+    bound_through: tuple[FakeApiServer, Binder],
 ) -> None:
-    server, kubeconfig = api_server
-    server.posts.clear()
-    binder = Binder(str(kubeconfig))
+    server, binder = bound_through
     for i in range(5):  # kube-scheduler's connections come and go, each served by a new thread
         thread = threading.Thread(target=binder.bind, args=(binding_args(i),))
         thread.start()
@@ -144,11 +150,9 @@ def test_binds_from_one_thread_after_another_share_one_kept_alive_connection(
 
 
 def test_a_failed_connection_is_dropped_and_the_next_bind_opens_a_new_one(
-    api_server: tuple[FakeApiServer, Path],
+    bound_through: tuple[FakeApiServer, Binder],
 ) -> None:
-    server, kubeconfig = api_server
-    server.posts.clear()
-    binder = Binder(str(kubeconfig))
+    server, binder = bound_through
     assert binder.bind(binding_args(1)) == b'{"Error":""}'
     server.drop = True
     try:
