@@ -47,6 +47,8 @@ BASELINE = "minimal"  # every ratio is against it
 BASELINE_MODULES = {"minimal": "gpupack.bench.minimal_extender", "trivial": "gpupack.bench.trivial_extender"}
 COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "extender")
 TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
+# one compiled pattern over the lines it needs, not prometheus_client's parser of every family: the API
+# server's /metrics is long, and it is read at the edges of the measured window
 REQUESTS = re.compile(r"^apiserver_request_total\{(.*)\} (\S+)$", re.MULTILINE)
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY"})
