@@ -19,6 +19,7 @@ from typing import Any
 
 from gpupack.extender.pod_records import PodRecord
 from gpupack.kube.keys import LABEL_MOVABLE
+from gpupack.kube.pods import pod_controller_kind
 from gpupack.report.snapshot import ClusterSnapshot
 from gpupack.scoring.cost import placement_gpus
 from gpupack.scoring.defrag import Pending, Resident
@@ -30,7 +31,7 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # the kubelet's mirror of a s
 def why_unmovable(pod: Mapping[str, Any], breaks_budget: bool) -> str:
     """Why the pod may not move ("" : it may), by the rules of the module docstring, first failing rule."""
     metadata = pod.get("metadata") or {}
-    owner = _controller(metadata)
+    owner = pod_controller_kind(pod)
     if owner == "DaemonSet":
         return "a DaemonSet's pod stays with its node"
     if MIRROR_ANNOTATION in (metadata.get("annotations") or {}):
@@ -48,14 +49,6 @@ def why_unmovable(pod: Mapping[str, Any], breaks_budget: bool) -> str:
     return ""
 
 
-def _controller(metadata: Mapping[str, Any]) -> str | None:
-    """The kind of the pod's controlling owner, None when it has none."""
-    for owner in metadata.get("ownerReferences") or []:
-        if isinstance(owner, Mapping) and owner.get("controller") is True:
-            return str(owner.get("kind") or "")
-    return None
-
-
 def residents(snapshot: ClusterSnapshot, namespace: str | None = None, now: float | None = None) -> list[Resident]:
     """Every bound pod that holds capacity, with why it may not move and the GPU-time a restart loses; with
     `namespace`, pods of other namespaces never move."""
@@ -66,7 +59,7 @@ def residents(snapshot: ClusterSnapshot, namespace: str | None = None, now: floa
         record = state.ledger.bound(ident)
         if record is None or record.placement is None:
             continue
-        daemon = _controller(pod.get("metadata") or {}) == "DaemonSet"
+        daemon = pod_controller_kind(pod) == "DaemonSet"
         request = None if record.unreadable is not None else record.request
         unmovable = why_unmovable(pod, state.budgets.breaks(record))
         if namespace is not None and not record.key.startswith(f"{namespace}/"):

@@ -26,6 +26,14 @@ def pod_is_terminal(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in TERMINAL_POD_PHASES
 
 
+def pod_controller_kind(pod: Mapping[str, Any]) -> str | None:
+    """The kind of the pod's controlling owner (`controller: true`), None when it has none."""
+    for owner in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(owner, Mapping) and owner.get("controller") is True:
+            return str(owner.get("kind") or "")
+    return None
+
+
 def pod_priority(pod: Mapping[str, Any]) -> int:
     """The pod's spec.priority (0 when absent or not an integer, as kube-scheduler reads a pod without one)."""
     value = (pod.get("spec") or {}).get("priority")

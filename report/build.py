@@ -13,14 +13,15 @@ from typing import Any
 
 from gpupack.extender.settings import Settings
 from gpupack.kube.pod_request import request_from_pod
-from gpupack.kube.pods import pod_key
+from gpupack.kube.pods import pod_controller_kind, pod_key
 from gpupack.kube.sources import JsonObject
-from gpupack.report.drain import DEFAULT_LIMIT, MovablePod, plan_drains
+from gpupack.report.drain import DEFAULT_LIMIT, plan_drains
 from gpupack.report.snapshot import ClusterSnapshot
 from gpupack.scoring.cost import Bill, placement_gpus, split_costs
+from gpupack.scoring.defrag import Resident
 from gpupack.scoring.policies import PolicySpec, gpupack
 from gpupack.scoring.pools import PoolTotals
-from gpupack.scoring.request import RequestError
+from gpupack.scoring.request import PodRequest, RequestError
 
 NO_LABEL = "(none)"
 
@@ -36,10 +37,11 @@ def build_report(
     state = snapshot.state
     with state.lock:
         inventory = state.inventory
-        pods = movable_pods(snapshot)
+        pods = held_capacity(snapshot)
+        gpus = {pod.key: placement_gpus(inventory, pod.placement) for pod in pods}
         shares: dict[str, dict[str, float]] = {}
         for pod in pods:
-            shares.setdefault(pod.node, {})[pod.key] = pod.gpus
+            shares.setdefault(pod.placement.node, {})[pod.key] = gpus[pod.key]
         prices = sorted((facts.name, facts.hourly_cost) for facts in inventory.facts if facts is not None)
         hourly = split_costs(prices, shares)
         window = split_costs(prices, shares, hours)
@@ -49,7 +51,7 @@ def build_report(
     objects = {pod_key(obj): obj for obj in snapshot.pods.values()}
     namespace = {pod.key: pod.key.split("/", 1)[0] for pod in pods}
     labels = {name: {pod.key: _label(objects.get(pod.key), name) for pod in pods} for name in by_labels}
-    gpu_hours = {pod.key: pod.gpus * hours for pod in pods}
+    gpu_hours = {key: held * hours for key, held in gpus.items()}
     return {
         "total_hourly_cost": _dollars(hourly.total_cents),
         "unallocated_hourly_cost": _dollars(hourly.unallocated_cents),
@@ -70,7 +72,8 @@ def build_report(
         "drain_saves_hourly": plan.saves_hourly,
         "kept": plan.kept,
         "pods": [
-            {"pod": p.key, "node": p.node, "gpus": round(p.gpus, 4), "hourly_cost": _dollars(hourly.pod_cents[p.key])}
+            {"pod": p.key, "node": p.placement.node, "gpus": round(gpus[p.key], 4),
+             "hourly_cost": _dollars(hourly.pod_cents[p.key])}
             for p in sorted(pods, key=lambda p: p.key)
         ],
         "unpriced_nodes": hourly.unpriced_nodes,
@@ -78,22 +81,20 @@ def build_report(
     }
 
 
-def movable_pods(snapshot: ClusterSnapshot) -> list[MovablePod]:
-    """Every pod that holds capacity now, with its GPUs, request and whether it is a DaemonSet's."""
-    state = snapshot.state
-    placements = state.placements()
-    pods: list[MovablePod] = []
+def held_capacity(snapshot: ClusterSnapshot) -> list[Resident]:
+    """Every pod that holds capacity now, with its request (None: unreadable) and whether it is a DaemonSet's;
+    the drain plan may move any of them (report.drain)."""
+    placements = snapshot.state.placements()
+    pods: list[Resident] = []
     for ident, obj in snapshot.pods.items():
         placement = placements.get(ident)
         if placement is None:
             continue  # pending, or bound but holding nothing yet
         try:
-            request = request_from_pod(obj)
+            request: PodRequest | None = request_from_pod(obj)
         except RequestError:
             request = None
-        gpus = placement_gpus(state.inventory, placement)
-        key = pod_key(obj)
-        pods.append(MovablePod(key, placement.node, placement, gpus, request, _is_daemon(obj)))
+        pods.append(Resident(pod_key(obj), placement, request, daemon=pod_controller_kind(obj) == "DaemonSet"))
     return pods
 
 
@@ -102,11 +103,6 @@ def drain_policy(settings: Settings) -> PolicySpec:
     if settings.policy.name != "gpupack":
         return settings.policy_spec()
     return gpupack(settings.gpupack_args().model_copy(update={"forbid_spot_for_non_interruptible": True}))
-
-
-def _is_daemon(pod: JsonObject) -> bool:
-    owners = (pod.get("metadata") or {}).get("ownerReferences") or []
-    return any(isinstance(o, Mapping) and o.get("kind") == "DaemonSet" for o in owners)
 
 
 def _label(pod: JsonObject | None, name: str) -> str:

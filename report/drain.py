@@ -1,41 +1,29 @@
-"""Which nodes could be emptied, and how: every pod moved by the scoring engine to another node.
+"""Which nodes could be released, and how: defrag's planner with its one goal of emptying nodes, priced.
 
-Decided on a copy of the inventory, so nothing real is reserved. Nodes are tried least allocated
-first, the dearer first among equals; a node is emptied when every one of its pods (DaemonSet pods
-leave with the node) gets a placement elsewhere from the one `Decider` (scoring.decider) — the same
-decision `filter` makes — on a node that is schedulable, not being emptied and not already empty. Then its
-moves are kept and it saves its whole price; otherwise every move tried for it is undone.
-Non-interruptible pods are never moved onto spot capacity. kube-scheduler's own filters (taints,
-selectors beyond the GPU product) are not checked: the plan is a proposal to review.
+GPU nodes with no pod (DaemonSet pods leave with the node) are released as they are, the dearer first.
+The others are planned by `scoring.defrag` with `Goal.FREE_NODE` alone, on a copy of the inventory:
+nodes holding the fewest GPUs first (the dearer first among equals), each emptied when every one of its
+pods gets a placement elsewhere from the one `Decider` (scoring.decider), the decision `filter` makes, on a
+node that is schedulable, not being emptied and not released; a node that takes moved pods is not emptied
+afterwards. So the report proposes exactly the node moves the defrag controller would make, except that
+here every pod gpupack can read may move (defrag moves only pods labelled `gpupack.io/movable`), with no
+eviction budget. Non-interruptible pods are never moved onto spot capacity (`build.drain_policy`).
+kube-scheduler's own filters (taints, selectors beyond the GPU product) are not checked: the plan is a
+proposal to review.
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpupack.scoring.decider import Decider
-from gpupack.scoring.facts import Placement
+from gpupack.scoring.defrag import Goal, Resident, plan_defrag
 from gpupack.scoring.inventory import Inventory
 from gpupack.scoring.policies import PolicySpec
-from gpupack.scoring.request import PodRequest
 
 DEFAULT_LIMIT = 200  # nodes tried at most (a decision on a 5,000-node cluster takes milliseconds)
-
-
-@dataclass(frozen=True)
-class MovablePod:
-    """A pod on a node, as the drain planner needs it."""
-
-    key: str
-    node: str
-    placement: Placement
-    gpus: float
-    request: PodRequest | None  # None: gpupack cannot read it, so it cannot be moved
-    daemon: bool = False  # a DaemonSet pod: it goes away with its node
 
 
 @dataclass
@@ -76,80 +64,25 @@ class DrainPlan:
 
 def plan_drains(
     inventory: Inventory,
-    pods: Sequence[MovablePod],
-    schedulable: set[str],
+    residents: Sequence[Resident],
+    schedulable: Iterable[str],
     policy: PolicySpec,
     limit: int = DEFAULT_LIMIT,
 ) -> DrainPlan:
-    """The drain plan of a cluster (see the module docstring); `inventory` is not changed."""
-    scratch = copy.deepcopy(inventory)
-    decider = Decider(scratch, policy)  # ties in row order, as in the service; `random` draws unseeded
-    by_node: dict[str, list[MovablePod]] = {}
-    for pod in pods:
-        if pod.request is not None:
-            decider.observe(pod.request)
-        if not pod.daemon:
-            by_node.setdefault(pod.node, []).append(pod)
-    plan = DrainPlan()
-    gpu_nodes = [n for n, row in scratch.index.items() if scratch.node_gpu_count[row] > 0]
-    empty = [n for n in gpu_nodes if n not in by_node]
-    plan.drains = [Drain(n, _price(scratch, n)) for n in sorted(empty, key=lambda n: -_price(scratch, n))]
-    closed = set(empty)  # takes no pod: released, being emptied, or already taking moved pods
-    targets = np.zeros(scratch.size, dtype=np.bool_)
-    for name in schedulable - closed:
-        row = scratch.index.get(name)
-        if row is not None:
-            targets[row] = True
-    for node in _drain_order(scratch, by_node, gpu_nodes)[:limit]:
-        if node in closed:
-            continue
-        moves, reason = _empty(decider, scratch, by_node[node], targets, node)
-        if reason:
-            plan.kept[node] = reason
-            continue
-        plan.drains.append(Drain(node, _price(scratch, node), moves))
-        closed.add(node)
-        targets[scratch.index[node]] = False
-        for move in moves:  # a node taking moved pods is not emptied next (no chains of moves)
-            closed.add(move.to)
+    """The drain plan of a cluster (see the module docstring), at most `limit` nodes with pods tried;
+    `inventory` is not changed. Every resident may move unless it is a DaemonSet's or unreadable."""
+    holding = {r.placement.node for r in residents if not r.daemon}
+    empty = [n for n, row in inventory.index.items() if inventory.node_gpu_count[row] > 0 and n not in holding]
+    empty.sort(key=lambda n: -_price(inventory, n))
+    targets = set(schedulable).difference(empty)
+    moves = plan_defrag(
+        inventory, residents, (), targets, policy, (Goal.FREE_NODE,), max_evictions=len(residents), nodes_tried=limit
+    )
+    plan = DrainPlan([Drain(n, _price(inventory, n)) for n in empty], dict(moves.skipped))
+    for move in moves.moves:
+        steps = [Move(e.pod, e.to.node, [slot.to_json() for slot in e.to.slots]) for e in move.evictions]
+        plan.drains.append(Drain(move.target, _price(inventory, move.target), steps))
     return plan
-
-
-def _drain_order(inventory: Inventory, by_node: dict[str, list[MovablePod]], gpu_nodes: list[str]) -> list[str]:
-    """Nodes holding pods, least allocated GPUs first, then dearest first, then by name."""
-    held = {n: sum(p.gpus for p in by_node[n]) for n in gpu_nodes if n in by_node}
-    return sorted(held, key=lambda n: (held[n], -_price(inventory, n), n))
-
-
-def _empty(
-    decider: Decider, inventory: Inventory, pods: list[MovablePod], targets: np.ndarray, node: str
-) -> tuple[list[Move], str]:
-    """Move every pod of `node` elsewhere (largest first); on failure undo and say why."""
-    row = inventory.index[node]
-    was_target = bool(targets[row])
-    targets[row] = False
-    committed: list[Placement] = []
-    reason = ""
-    for pod in sorted(pods, key=lambda p: (-p.gpus, p.key)):
-        if pod.request is None:
-            reason = f"pod {pod.key}: its request cannot be read, so it cannot be moved"
-            break
-        placement = decider.decide(pod.request, (targets,), observe=False).placement  # learnt above
-        if placement is None:
-            reason = f"pod {pod.key} fits on no other node"
-            break
-        inventory.commit(placement)
-        committed.append(placement)
-    if reason:
-        for placement in committed:
-            inventory.release(placement)
-        targets[row] = was_target
-        return [], reason
-    for pod in pods:
-        inventory.release(pod.placement)
-    ordered = sorted(pods, key=lambda p: (-p.gpus, p.key))
-    moves = [Move(p.key, c.node, [slot.to_json() for slot in c.slots]) for p, c in zip(ordered, committed, strict=True)]
-    return moves, ""
 
 
 def _price(inventory: Inventory, node: str) -> float:

@@ -11,7 +11,10 @@ A move is a set of evictions with one goal, proven on a copy of the inventory wi
 - `Goal.FREE_GPU`: a GPU in use only by movable pods whose pods all fit on the cluster's other GPUs that
   are in use already (the GPU itself is blocked while they are placed), so that one more GPU is untouched,
   for a whole-GPU pod or the largest MIG profile. Least used GPUs first.
-- `Goal.FREE_NODE`: a node whose pods are all movable and fit on other nodes, so it can be scaled down.
+- `Goal.FREE_NODE`: a GPU node whose pods are all movable and fit on other nodes, so it can be scaled down.
+  Nodes holding the fewest GPUs are tried first, the dearer first among equals. A node that takes pods
+  of this plan's moves is not emptied afterwards (no chains of moves: a pod moves once). `gpupack report`'s
+  drain plan is this goal alone, with every pod allowed to move (report.drain).
 
 A move is kept only when every evicted pod is placed again and the goal is met on the copy afterwards
 (the pending pod placed; one more untouched GPU, counted over the cluster; the node empty); its state is
@@ -121,8 +124,10 @@ def plan_defrag(
     policy: PolicySpec,
     goals: Iterable[Goal] = tuple(Goal),
     max_evictions: int = DEFAULT_MAX_EVICTIONS,
+    nodes_tried: int | None = None,
 ) -> DefragPlan:
-    """The moves for the cluster (module docstring), at most `max_evictions` evictions; `inventory` is not changed."""
+    """The moves for the cluster (module docstring), at most `max_evictions` evictions and, for
+    `Goal.FREE_NODE`, at most `nodes_tried` nodes tried (None: all); `inventory` is not changed."""
     planner = _Planner(inventory, residents, schedulable, policy, max_evictions)
     wanted = set(goals)
     if Goal.PENDING in wanted:
@@ -131,7 +136,7 @@ def plan_defrag(
     if Goal.FREE_GPU in wanted:
         planner.free_gpus()
     if Goal.FREE_NODE in wanted:
-        planner.free_nodes()
+        planner.free_nodes(nodes_tried)
     return planner.plan
 
 
@@ -162,6 +167,7 @@ class _Planner:
                 self.targets[row] = True
         self.budget = max_evictions
         self.plan = DefragPlan()
+        self.taking: dict[str, str] = {}  # node -> the target of the first move that placed a pod there
 
     # ------------------------------------------------------------------ goals
     def for_pending(self, pod: Pending) -> None:
@@ -193,15 +199,18 @@ class _Planner:
             blocker = Placement(node, (GpuSlot(gpu),), pod_slots=0)
             before = self._untouched()
             move = self._proven(Goal.FREE_GPU, target, movers, blocker, None, functools.partial(self._gpu_gain, before))
-            if move is None:
-                self.plan.skipped[target] = "its pods fit on no other GPU in use, within the eviction budget"
+            if isinstance(move, str):
+                self.plan.skipped[target] = move
             else:
                 self._apply(move)
 
-    def free_nodes(self) -> None:
-        """Empty nodes whose pods are all movable and fit elsewhere, the fewest GPUs in use first."""
-        held = {n: sum(_gpus_asked(r.request) for r in self._movers_of(n)) for n in self._target_nodes()}
-        for node in sorted((n for n in held if self._movers_of(n)), key=lambda n: (held[n], n)):
+    def free_nodes(self, nodes_tried: int | None) -> None:
+        """Empty GPU nodes whose pods are all movable and fit elsewhere, the fewest GPUs in use first, the dearer
+        first among equals; at most `nodes_tried` nodes (None: all)."""
+        for node in self._free_node_order()[:nodes_tried]:
+            if node in self.taking:
+                self.plan.skipped[node] = f"takes pods of the move for {self.taking[node]}: a pod moves once"
+                continue
             movers = self._movers_of(node)
             why = self._why_not_movable(movers)
             if why:
@@ -210,11 +219,23 @@ class _Planner:
             row = self.scratch.index[node]
             self.targets[row] = False
             move = self._proven(Goal.FREE_NODE, node, movers, None, None, functools.partial(self._node_gain, row))
-            if move is None:
+            if isinstance(move, str):
                 self.targets[row] = True
-                self.plan.skipped[node] = "its pods fit on no other node, within the eviction budget"
+                self.plan.skipped[node] = move
             else:
                 self._apply(move)  # an emptied node takes no pod of a later move
+
+    def _free_node_order(self) -> list[str]:
+        """Schedulable GPU nodes with pods to move: the fewest GPUs held first, then the dearest, then by name."""
+        order: list[tuple[float, float, str]] = []
+        for node in self._target_nodes():
+            row = self.scratch.index[node]
+            movers = self._movers_of(node)
+            if movers and self.scratch.node_gpu_count[row] > 0:
+                price = float(self.scratch.node_price[row])
+                held = sum(_gpus_asked(r.request) for r in movers)
+                order.append((held, 0.0 if np.isnan(price) else -price, node))
+        return [node for *_, node in sorted(order)]
 
     # ------------------------------------------------------------------ one move
     def _pending_on(self, pod: Pending, node: str) -> Move | None:
@@ -227,7 +248,8 @@ class _Planner:
         if victims is None:
             return None
         chosen = [self.residents[v.key] for v in victims.victims]
-        return self._proven(Goal.PENDING, pod.key, chosen, None, victims.placement, lambda: "the pod is placed")
+        move = self._proven(Goal.PENDING, pod.key, chosen, None, victims.placement, lambda: "the pod is placed")
+        return None if isinstance(move, str) else move
 
     def _proven(
         self,
@@ -237,28 +259,32 @@ class _Planner:
         blocker: Placement | None,
         placement: Placement | None,
         gain: Callable[[], str],
-    ) -> Move | None:
+    ) -> Move | str:
         """Simulate the move: evict `movers`, take `placement` (the pending pod's) and `blocker` (what must stay
         free), place every mover again. A move whose evictions all land and whose `gain` is met (a text), else
-        None with the copy as it was. The copy keeps the move's state only through `_apply`."""
-        if not movers or len(movers) > self.budget:
-            return None
+        why not, with the copy as it was. The copy keeps the move's state only through `_apply`."""
+        if not movers:
+            return "no pod to move"
+        if len(movers) > self.budget:
+            return f"{len(movers)} pods to move, more than the {self.budget} evictions left"
         for mover in movers:
             self.scratch.release(mover.placement)
         held = self._take([p for p in (placement, blocker) if p is not None])
-        evictions = self._place_again(movers) if held is not None else None
+        evictions = self._place_again(movers) if held is not None else "the capacity it must hold is taken already"
         if blocker is not None and held:
             self.scratch.release(blocker)
-        won = gain() if evictions is not None else ""
-        if evictions is not None:
+        won = "" if isinstance(evictions, str) else gain()
+        if not isinstance(evictions, str):
             for eviction in evictions:
                 self.scratch.release(eviction.to)
         if placement is not None and held:
             self.scratch.release(placement)
         for mover in movers:
             self.scratch.commit(mover.placement)
-        if evictions is None or not won:
-            return None
+        if isinstance(evictions, str):
+            return evictions
+        if not won:
+            return "the moves would not meet the goal"
         seconds = sum(m.gpu_seconds for m in movers)
         return Move(goal, target, tuple(evictions), won, seconds, placement)
 
@@ -275,8 +301,9 @@ class _Planner:
             taken.append(piece)
         return taken
 
-    def _place_again(self, movers: Sequence[Resident]) -> list[Eviction] | None:
-        """Each mover placed again, largest first, committed on the copy; None (all undone) when one fits nowhere."""
+    def _place_again(self, movers: Sequence[Resident]) -> list[Eviction] | str:
+        """Each mover placed again, largest first, committed on the copy; when one fits nowhere, all undone and
+        which one."""
         evictions: list[Eviction] = []
         for mover in sorted(movers, key=lambda r: (-_gpus_asked(r.request), r.key)):
             assert mover.request is not None  # `_why_not_movable` / `_pending_on` keep unreadable pods out
@@ -284,7 +311,7 @@ class _Planner:
             if to is None:
                 for eviction in evictions:
                     self.scratch.release(eviction.to)
-                return None
+                return f"pod {mover.key} fits nowhere else"
             self.scratch.commit(to)
             evictions.append(Eviction(mover.key, mover.placement.node, to))
         return evictions
@@ -296,8 +323,10 @@ class _Planner:
             del self.by_node[resident.placement.node][resident.key]
             self.scratch.release(resident.placement)
             self.scratch.commit(eviction.to)
+            self.taking.setdefault(eviction.to.node, move.target)
         if move.placement is not None:
             self.scratch.commit(move.placement)
+            self.taking.setdefault(move.placement.node, move.target)
         self.budget -= len(move.evictions)
         self.plan.moves.append(move)
 

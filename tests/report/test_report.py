@@ -118,7 +118,10 @@ def test_small_cluster_drain_plan(small_report: dict[str, Any]) -> None:
     [move] = plan["od-b"]["moves"]
     assert move["pod"] == "team-a/p3" and move["to"] == "od-a" and move["gpus"] == [{"index": 3, "milli": 500}]
     assert small_report["drain_saves_hourly"] == 9.0
-    assert "mig-d" in small_report["kept"]
+    assert small_report["kept"] == {
+        "mig-d": "pod team-b/p4 fits nowhere else",
+        "od-a": "takes pods of the move for od-b: a pod moves once",
+    }
 
 
 def test_seven_1g_instances_strand_the_eighth_slice_and_one_strands_nothing() -> None:

@@ -29,11 +29,14 @@ H100 = "NVIDIA-H100-80GB-HBM3"
 class Cluster:
     """H100 nodes and the pods committed on them, as residents."""
 
-    def __init__(self, nodes: int, gpus: int = 8, mode: MigMode = MigMode.NONE) -> None:
+    def __init__(
+        self, nodes: int, gpus: int = 8, mode: MigMode = MigMode.NONE, prices: tuple[float, ...] = ()
+    ) -> None:
         self.inventory = Inventory()
         for i in range(nodes):
+            price = prices[i] if i < len(prices) else None
             self.inventory.add_node(
-                NodeFacts(f"n{i}", 64000, 512 * GIB, gpu_product=H100, gpu_count=gpus, mig_mode=mode)
+                NodeFacts(f"n{i}", 64000, 512 * GIB, gpu_product=H100, gpu_count=gpus, mig_mode=mode, hourly_cost=price)
             )
         self.residents: list[Resident] = []
 
@@ -149,6 +152,33 @@ def test_a_node_is_freed_when_its_pods_fit_elsewhere_and_its_daemon_pods_stay() 
     [move] = plan.moves
     assert move.target == "n1" and [e.pod for e in move.evictions] == ["default/y"]
     replay(cluster.inventory, cluster.residents, plan, [])
+
+
+def test_nodes_are_emptied_fewest_gpus_first_then_dearest_and_a_node_taking_pods_is_not_emptied() -> None:
+    """n0 and n1 hold one GPU each and n1 is dearer, so n1 is emptied first (onto n0, first in the fixed
+    order); n2's pod then joins it there; n0, which took pods, stays. A node without GPUs is no candidate."""
+    cluster = Cluster(3, prices=(10.0, 20.0, 10.0))
+    cluster.inventory.add_node(NodeFacts("cpu", 64000, 512 * GIB))
+    cluster.add("a", "n0", whole(1), GpuSlot(0))
+    cluster.add("b", "n1", whole(1), GpuSlot(0))
+    cluster.add("c", "n2", whole(4), *(GpuSlot(g) for g in range(4)))
+    cluster.add("d", "cpu", PodRequest(cpu_milli=1000))
+    plan = cluster.plan(goals=[Goal.FREE_NODE])
+    moved = [(m.target, [(e.pod, e.to.node) for e in m.evictions]) for m in plan.moves]
+    assert moved == [("n1", [("default/b", "n0")]), ("n2", [("default/c", "n0")])]
+    assert plan.skipped == {"n0": "takes pods of the move for n1: a pod moves once"}
+    replay(cluster.inventory, cluster.residents, plan, [])
+
+
+def test_a_node_not_emptied_names_the_pod_that_fits_nowhere_else_and_nodes_tried_are_bounded() -> None:
+    cluster = Cluster(2)
+    cluster.add("small", "n0", whole(1), GpuSlot(0))
+    cluster.add("big", "n0", whole(7), *(GpuSlot(g) for g in range(1, 8)))
+    cluster.add("other", "n1", whole(8), *(GpuSlot(g) for g in range(8)))
+    plan = cluster.plan(goals=[Goal.FREE_NODE])
+    assert plan.moves == []
+    assert plan.skipped == {"n0": "pod default/big fits nowhere else", "n1": "pod default/other fits nowhere else"}
+    assert set(cluster.plan(goals=[Goal.FREE_NODE], nodes_tried=1).skipped) == {"n0"}
 
 
 def test_the_eviction_budget_bounds_the_plan() -> None:
