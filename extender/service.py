@@ -13,6 +13,7 @@ import logging
 import ssl
 import sys
 import threading
+from collections.abc import Callable
 
 import uvicorn
 
@@ -55,7 +56,7 @@ def serve(args: argparse.Namespace) -> int:
         print(f"gpupack serve: {exc}", file=sys.stderr)
         return 2
     state.writer = source
-    server = uvicorn.Server(uvicorn_config(create_app(state, settings), settings, args))
+    server = uvicorn.Server(extender_config(state, settings, args))
     source.start()
     if state.dra_allocator.writer is not None:
         state.dra_allocator.start()
@@ -117,13 +118,20 @@ def build_source(
     return source
 
 
-def uvicorn_config(app: object, settings: Settings, args: argparse.Namespace | None = None) -> uvicorn.Config:
-    """uvicorn's config: one worker, asyncio, TCP_NODELAY, no access log, TLS when a certificate is given.
+def extender_config(state: ClusterState, settings: Settings, args: argparse.Namespace | None = None) -> uvicorn.Config:
+    """uvicorn's config for gpupack's app over `state`, the guards' refusals counted in the app's metrics."""
+    metrics = Metrics(state, settings.metrics_max_age_seconds)
+    return uvicorn_config(create_app(state, settings, metrics), settings, args, metrics.connection_refused)
 
-    The guards' refusals are counted in the app's metrics when it has them (gpupack's app; a bench app has none).
-    """
-    metrics = getattr(getattr(app, "state", None), "metrics", None)
-    count_refusal = metrics.connection_refused if isinstance(metrics, Metrics) else None
+
+def uvicorn_config(
+    app: object,
+    settings: Settings,
+    args: argparse.Namespace | None = None,
+    count_refusal: Callable[[str], None] | None = None,
+) -> uvicorn.Config:
+    """uvicorn's config: one worker, asyncio, TCP_NODELAY, no access log, TLS when a certificate is given;
+    each connection the guards refuse is counted through `count_refusal` (a bench app counts none)."""
     return uvicorn.Config(
         app,  # type: ignore[arg-type]  # any object: uvicorn checks the app when it loads it
         host=settings.host,

@@ -230,13 +230,12 @@ def assert_matches_rebuild(
 @contextmanager
 def live_server(state: ClusterState, settings: Settings, args: Any = None) -> Iterator[tuple[str, int]]:
     """The extender app served by uvicorn on 127.0.0.1 (a free port) in a thread; yields (host, port)."""
-    from gpupack.extender.app import create_app
-    from gpupack.extender.service import uvicorn_config
+    from gpupack.extender.service import extender_config
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn_config(create_app(state, settings), settings, args))
+    server = uvicorn.Server(extender_config(state, settings, args))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -21,8 +21,7 @@ import httpx
 import pytest
 import uvicorn
 
-from gpupack.extender.app import create_app
-from gpupack.extender.service import uvicorn_config
+from gpupack.extender.service import extender_config
 from gpupack.extender.settings import Settings
 from gpupack.extender.state import ClusterState
 from gpupack.extender.warm_up import warm_up
@@ -93,7 +92,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn_config(create_app(state, settings), settings))
+    server = uvicorn.Server(extender_config(state, settings))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
