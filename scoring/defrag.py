@@ -273,20 +273,18 @@ class _Planner:
         evictions = self._place_again(movers) if held is not None else "the capacity it must hold is taken already"
         if blocker is not None and held:
             self.scratch.release(blocker)
-        won = "" if isinstance(evictions, str) else gain()
+        outcome: Move | str = evictions if isinstance(evictions, str) else "the moves would not meet the goal"
         if not isinstance(evictions, str):
+            won = gain()  # on the copy as after the move
             for eviction in evictions:
                 self.scratch.release(eviction.to)
+            if won:
+                outcome = Move(goal, target, tuple(evictions), won, sum(m.gpu_seconds for m in movers), placement)
         if placement is not None and held:
             self.scratch.release(placement)
         for mover in movers:
             self.scratch.commit(mover.placement)
-        if isinstance(evictions, str):
-            return evictions
-        if not won:
-            return "the moves would not meet the goal"
-        seconds = sum(m.gpu_seconds for m in movers)
-        return Move(goal, target, tuple(evictions), won, seconds, placement)
+        return outcome
 
     def _take(self, pieces: Sequence[Placement]) -> list[Placement] | None:
         """Commit the pieces on the copy; None (none taken) when one does not fit, e.g. a hold of the live state."""
