@@ -21,6 +21,7 @@ from gpupack.scoring.layout import (
     W_COST,
     W_FRAG,
     W_MIG_FRAG,
+    W_MIG_ORDER,
     W_MODEL,
     W_ORDER,
     W_PACK,
@@ -39,7 +40,7 @@ SCORE_PARTS: dict[str, tuple[int, ...]] = {
     "model_fit": (W_MODEL,),
     "spot": (W_SPOT, W_SPOT_AVOID),
     "cost": (W_COST,),
-    "order": (W_ORDER,),
+    "order": (W_ORDER, W_MIG_ORDER),
 }
 ALWAYS_SHOWN = ("fragmentation", "packing")  # the other parts are shown when they count
 

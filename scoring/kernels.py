@@ -87,6 +87,7 @@ from gpupack.scoring.layout import (
     MEMO_SCORE,
     MEMO_STAMP,
     MEMO_VERDICT,
+    MIG_ORDER_MIN_NODES,
     MILLI_UNIT,
     MIX_ALLOWED,
     MIX_SHAPE,
@@ -180,6 +181,7 @@ from gpupack.scoring.layout import (
     W_GPU_PACKING,
     W_KUBE,
     W_MIG_FRAG,
+    W_MIG_ORDER,
     W_MODEL,
     W_ORDER,
     W_PACK,
@@ -1310,6 +1312,14 @@ def class_memo_store(memo, cache, n, version, cls, epoch, verdict, score):
         memo[MEMO_CLASS_SCORE][cls] = score
 
 
+@helper
+def rank_term(weights, kind, n_nodes):
+    """(weight, span) of the rank term, weight * rank / span (`layout.ORDER_MIN_NODES` says why two)."""
+    if kind == KIND_MIG:
+        return max(weights[W_MIG_ORDER], 0.0), max(n_nodes, MIG_ORDER_MIN_NODES)
+    return max(weights[W_ORDER], 0.0), max(n_nodes, ORDER_MIN_NODES)
+
+
 @per_node
 def beats(score, n, best, best_score, rank):
     """Whether node n's score wins over the best so far (none when best < 0); ties go to the lowest rank."""
@@ -1351,9 +1361,8 @@ def schedule(nodes, gpus, models, request, candidate, mix, policy, rank, noise, 
     epoch = memo_epoch(memo, max_price, max_memory)
     ask = request_values(request)
     use_memo = policy[POLICY_RULES][RULE_SHARE] != PICK_RANDOM
-    order_weight = max(policy[POLICY_WEIGHTS][W_ORDER], 0.0)
     n_nodes = active.shape[0]
-    order_span = max(n_nodes, ORDER_MIN_NODES)
+    order_weight, order_span = rank_term(policy[POLICY_WEIGHTS], ask[REQ_KIND], n_nodes)
     best = -1
     best_slots = 0
     best_score = 0.0

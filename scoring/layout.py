@@ -52,13 +52,16 @@ N_PARTS = 13
 # after the parts: the weight of the rank term (subtracted outside the memo: gpupack's consolidation)
 # and the step fragmentation growth is rounded to (GPUs; 0: not rounded); then the weight of what a share
 # adds to the fragmentation after it under PICK_LEAST_FRAG (`kernels.share_slack`): the milli its GPU
-# is left with beyond the largest share type of the mix that still fits there; last, the weight W_FRAG
-# has for a MIG request (MIG churn wants more of it than shares and whole GPUs do)
-W_ORDER, FRAG_STEP, W_SHARE_SLACK, W_MIG_FRAG = N_PARTS, N_PARTS + 1, N_PARTS + 2, N_PARTS + 3
-N_WEIGHTS = N_PARTS + 4
+# is left with beyond the largest share type of the mix that still fits there; then the weight W_FRAG
+# has for a MIG request (MIG churn wants more of it than shares and whole GPUs do); last, W_ORDER's
+# counterpart for a MIG request
+W_ORDER, FRAG_STEP, W_SHARE_SLACK, W_MIG_FRAG, W_MIG_ORDER = range(N_PARTS, N_PARTS + 5)
+N_WEIGHTS = N_PARTS + 5
 # the rank term is W_ORDER * rank / max(nodes, ORDER_MIN_NODES): it spans W_ORDER GPUs over a large
-# cluster, and in a small one a rank step stays small beside model fit, topology and price
-ORDER_MIN_NODES = 100
+# cluster, and in a small one a rank step stays small beside model fit, topology and price. For a MIG
+# request it is W_MIG_ORDER * rank / max(nodes, MIG_ORDER_MIN_NODES): the same span from 16 nodes up,
+# as a fixed step outweighs fragmentation on a large cluster (docs/packing-experiments.md, round 5b)
+ORDER_MIN_NODES, MIG_ORDER_MIN_NODES = 100, 16
 # what `gpupack explain` calls each part (the two spot parts never apply together)
 PART_NAMES = ("fragmentation", "packing", "topology", "model_fit", "spot", "spot", "cost", "fgd", "best-fit",
               "dot-product", "gpu-clustering", "gpu-packing", "kube-default")  # fmt: skip

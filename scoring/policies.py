@@ -32,7 +32,8 @@ class GpupackWeights(BaseModel):
 
     score = -fragmentation * (expected fragmentation added, GPUs; mig_fragmentation for a MIG request)
             + packing * (node GPU use after placement, 0..1)   (busy nodes first: idle ones can drain)
-            - order * (rank of the node in a fixed order / max(nodes, 100))  (keep filling the same nodes)
+            - order * (rank of the node in a fixed order / max(nodes, 100))  (keep filling the same nodes;
+                       mig_order * rank / max(nodes, 16) for a MIG request)
             + topology * (NVLink quality of a multi-GPU set, 0..1: 3/4 share of NVLinked pairs,
                           1/4 affinity against the best set the node could offer)
             - model_fit * (GPU memory of the node's model / largest in the cluster)
@@ -58,6 +59,7 @@ class GpupackWeights(BaseModel):
         0.5, ge=0, description="fragmentation per milli a share leaves beyond the largest share type that fits"
     )
     mig_fragmentation: float = Field(2.5, ge=0, description="`fragmentation` for MIG requests")
+    mig_order: float = Field(1.0, ge=0, description="`order` for MIG requests, over max(nodes, 16)")
 
 
 class GpupackArgs(BaseModel):
@@ -168,6 +170,7 @@ def gpupack(args: GpupackArgs | None = None) -> PolicySpec:
         k.W_ORDER: w.order,
         k.W_SHARE_SLACK: w.share_slack,
         k.W_MIG_FRAG: w.mig_fragmentation,
+        k.W_MIG_ORDER: w.mig_order,
     }
     mix = LearnedMix(
         default_prior(),

@@ -31,6 +31,7 @@ from gpupack.scoring.layout import (
     MAX_GPUS,
     MAX_SPEC_CPU,
     MAX_SPEC_GPU,
+    MIG_ORDER_MIN_NODES,
     MILLI_UNIT,
     N_PARTS,
     ORDER_MIN_NODES,
@@ -54,6 +55,7 @@ from gpupack.scoring.layout import (
     W_GPU_PACKING,
     W_KUBE,
     W_MIG_FRAG,
+    W_MIG_ORDER,
     W_MODEL,
     W_ORDER,
     W_PACK,
@@ -716,7 +718,7 @@ def reference_decide(
     noise = np.zeros(n, dtype=np.float64) if noise is None else noise
     nodes = {row: read_node(inventory, row) for row in range(n) if mask[row]}
     ctx = _context(policy, arrays, list(nodes.values()))
-    order_weight = float(policy.params[W_ORDER])
+    order_weight, order_span = _rank_term(policy, request, n)
 
     verdicts = np.full(n, k.NOT_CANDIDATE, dtype=np.int8)
     scores = np.full(n, -np.inf, dtype=np.float64)
@@ -730,7 +732,7 @@ def reference_decide(
         score = outcome.score
         terms = dict(outcome.parts)
         if order_weight > 0.0:
-            order = order_weight * rank[row] / max(n, ORDER_MIN_NODES)  # consolidation, along the fixed order
+            order = order_weight * rank[row] / order_span  # consolidation, along the fixed order
             terms["order"] = -float(order)
             score -= order
         if parts is not None and terms:
@@ -745,6 +747,14 @@ def reference_decide(
         start = np.array(best_outcome.starts, dtype=np.int32)
         placement = build_placement(inventory, best, len(best_outcome.gpus), arrays, gpu, start)
     return Decision(placement, mask, verdicts, scores, inventory.names, (inventory, arrays))
+
+
+def _rank_term(policy: PolicySpec, request: PodRequest, n: int) -> tuple[float, int]:
+    """(weight, span) of the rank term over `n` rows: MIG requests have their own weight and a span of
+    at least MIG_ORDER_MIN_NODES rows; the others' is at least ORDER_MIN_NODES."""
+    if request.kind == Kind.MIG:
+        return float(policy.params[W_MIG_ORDER]), max(n, MIG_ORDER_MIN_NODES)
+    return float(policy.params[W_ORDER]), max(n, ORDER_MIN_NODES)
 
 
 def _context(policy: PolicySpec, arrays: RequestArrays, nodes: list[Node]) -> _Context:

@@ -26,7 +26,9 @@ PODS = {
 }
 WEIGHTS = {
     "defaults": GpupackWeights(),
-    "rounded growth, more order and price": GpupackWeights(frag_step=0.25, order=0.4, price=2.0, spot=1.5),
+    "rounded growth, more order and price": GpupackWeights(
+        frag_step=0.25, order=0.4, mig_order=2.0, price=2.0, spot=1.5
+    ),
 }
 
 

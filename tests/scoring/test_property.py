@@ -244,6 +244,7 @@ def make_policy(name: str, stream: list[PodRequest]) -> PolicySpec:
         weights = GpupackWeights(
             fragmentation=0.7, packing=0.3, topology=0.4, model_fit=0.2, spot=0.3, price=0.6, frag_step=0.05,
             mig_fragmentation=0.2,  # below fragmentation, where the default has it above
+            mig_order=2.5,
         )
         return gpupack(GpupackArgs(weights=weights, forbid_spot_for_non_interruptible=True))
     if name == "gpupack-eager":  # the learned mix changes after every request
