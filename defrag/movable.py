@@ -19,7 +19,7 @@ from typing import Any
 
 from gpupack.extender.pod_records import PodRecord
 from gpupack.kube.keys import LABEL_MOVABLE
-from gpupack.kube.pods import pod_controller_kind
+from gpupack.kube.pods import is_daemon_pod, pod_controller_kind
 from gpupack.report.snapshot import ClusterSnapshot
 from gpupack.scoring.cost import placement_gpus
 from gpupack.scoring.defrag import Pending, Resident
@@ -59,7 +59,7 @@ def residents(snapshot: ClusterSnapshot, namespace: str | None = None, now: floa
         record = state.ledger.bound(ident)
         if record is None or record.placement is None:
             continue
-        daemon = pod_controller_kind(pod) == "DaemonSet"
+        daemon = is_daemon_pod(pod)
         request = None if record.unreadable is not None else record.request
         unmovable = why_unmovable(pod, state.budgets.breaks(record))
         if namespace is not None and not record.key.startswith(f"{namespace}/"):

@@ -34,6 +34,11 @@ def pod_controller_kind(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
+def is_daemon_pod(pod: Mapping[str, Any]) -> bool:
+    """Whether a DaemonSet controls the pod: it stays with its node and leaves with it."""
+    return pod_controller_kind(pod) == "DaemonSet"
+
+
 def pod_priority(pod: Mapping[str, Any]) -> int:
     """The pod's spec.priority (0 when absent or not an integer, as kube-scheduler reads a pod without one)."""
     value = (pod.get("spec") or {}).get("priority")

@@ -13,7 +13,7 @@ from typing import Any
 
 from gpupack.extender.settings import Settings
 from gpupack.kube.pod_request import request_from_pod
-from gpupack.kube.pods import pod_controller_kind, pod_key
+from gpupack.kube.pods import is_daemon_pod, pod_key
 from gpupack.kube.sources import JsonObject
 from gpupack.report.drain import DEFAULT_LIMIT, plan_drains
 from gpupack.report.snapshot import ClusterSnapshot
@@ -94,7 +94,7 @@ def held_capacity(snapshot: ClusterSnapshot) -> list[Resident]:
             request: PodRequest | None = request_from_pod(obj)
         except RequestError:
             request = None
-        pods.append(Resident(pod_key(obj), placement, request, daemon=pod_controller_kind(obj) == "DaemonSet"))
+        pods.append(Resident(pod_key(obj), placement, request, daemon=is_daemon_pod(obj)))
     return pods
 
 

@@ -17,8 +17,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from gpupack.scoring.defrag import Goal, Resident, plan_defrag
 from gpupack.scoring.inventory import Inventory
 from gpupack.scoring.policies import PolicySpec
@@ -86,5 +84,4 @@ def plan_drains(
 
 
 def _price(inventory: Inventory, node: str) -> float:
-    price = float(inventory.node_price[inventory.index[node]])
-    return 0.0 if np.isnan(price) else round(price, 2)
+    return round(inventory.hourly_price(inventory.index[node]), 2)

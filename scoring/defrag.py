@@ -232,9 +232,8 @@ class _Planner:
             row = self.scratch.index[node]
             movers = self._movers_of(node)
             if movers and self.scratch.node_gpu_count[row] > 0:
-                price = float(self.scratch.node_price[row])
                 held = sum(_gpus_asked(r.request) for r in movers)
-                order.append((held, 0.0 if np.isnan(price) else -price, node))
+                order.append((held, -self.scratch.hourly_price(row), node))
         return [node for *_, node in sorted(order)]
 
     # ------------------------------------------------------------------ one move

@@ -364,6 +364,11 @@ class Inventory:
             and not self.gpu_static_used[rows].any()
         )
 
+    def hourly_price(self, row: int) -> float:
+        """The node's price in $/h; 0.0 when it has none."""
+        price = float(self.node_price[row])
+        return 0.0 if np.isnan(price) else price
+
     # ----------------------------------------------------------------- placements
     def commit(self, placement: Placement) -> None:
         """Take the placement's capacity. Raises InventoryError (and changes nothing) if it does not fit."""
