@@ -133,6 +133,7 @@ from gpupack.scoring.layout import (
     PICK_BEST_FIT,
     PICK_FGD,
     PICK_FIRST,
+    PICK_FULLEST_LEAST_FRAG,
     PICK_LEAST_FRAG,
     PICK_RANDOM,
     POLICY_RULES,
@@ -1093,8 +1094,9 @@ def instance_frag_after(
 def best_instance(geometry, gpus, mix, scratch, pick_rule, shape, need_me, running_free, cpu_after, mem_after):
     """Where one more MIG instance of `shape` goes on node n's changed copy: (GPU, start, placement id),
     GPU -1 when none fits. By `pick_rule`: PICK_LEAST_FRAG least fragmentation, then the fullest GPU,
-    then the lowest GPU and on it the highest start; PICK_FIRST the first option; PICK_BEST_FIT the
-    fullest GPU, lowest GPU and start on ties."""
+    then the lowest GPU and on it the highest start; PICK_FULLEST_LEAST_FRAG the fullest GPU, then least
+    fragmentation, then as PICK_LEAST_FRAG; PICK_FIRST the first option; PICK_BEST_FIT the fullest GPU,
+    lowest GPU and start on ties."""
     model, mode, compute_total, base, count = geometry
     local = scratch[SCRATCH_LOCAL]
     best_j = -1
@@ -1121,7 +1123,15 @@ def best_instance(geometry, gpus, mix, scratch, pick_rule, shape, need_me, runni
             pid = option
             start = PLACEMENT_START[option] if mode == MODE_STATIC else option
             key = 0.0
-            if pick_rule == PICK_LEAST_FRAG:
+            if pick_rule == PICK_FULLEST_LEAST_FRAG:
+                key = -instance_frag_after(geometry, gpus, mix, scratch, j, shape, start, pid, need_me, running_free,
+                                           cpu_after, mem_after)
+                better = (
+                    best_j < 0 or used_units > best_used
+                    or (used_units == best_used and key > best_key)
+                    or (used_units == best_used and key == best_key and j == best_j and start > best_start)
+                )
+            elif pick_rule == PICK_LEAST_FRAG:
                 key = -instance_frag_after(geometry, gpus, mix, scratch, j, shape, start, pid, need_me, running_free,
                                            cpu_after, mem_after)
                 better = (

@@ -38,9 +38,11 @@ POLICY_RULES, POLICY_WEIGHTS = range(2)
 RULE_FRAG, RULE_SHARE, RULE_MIG, RULE_SETS, RULE_SPOT_FORBID = range(5)
 N_RULES = 5
 # picks (RULE_SHARE, RULE_MIG): the first option; best fit (share: the tightest GPU, MIG: the fullest);
-# a draw from the per-node noise (share only); least fragmentation after, then best fit (gpupack);
-# the highest FGD score (share only)
-PICK_FIRST, PICK_BEST_FIT, PICK_RANDOM, PICK_LEAST_FRAG, PICK_FGD = range(5)
+# a draw from the per-node noise (share only); least fragmentation after, then best fit (gpupack's
+# shares); the highest FGD score (share only); the fullest GPU, then least fragmentation after among
+# its placements (gpupack's MIG instances: a lightly used GPU stays light, so departures empty it for a
+# large instance, while the instance's start on its GPU still keeps the larger profiles' places free)
+PICK_FIRST, PICK_BEST_FIT, PICK_RANDOM, PICK_LEAST_FRAG, PICK_FGD, PICK_FULLEST_LEAST_FRAG = range(6)
 
 # weights: a feasible node's score is the sum of weight * part over its parts with a non-zero weight,
 # added in this column order (`kernels.weighted_part` and `reference.weighted_parts` define each part):

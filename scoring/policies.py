@@ -16,7 +16,14 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpupack.scoring import layout as k  # the kernels' codes and columns
-from gpupack.scoring.layout import PICK_BEST_FIT, PICK_FGD, PICK_FIRST, PICK_LEAST_FRAG, PICK_RANDOM
+from gpupack.scoring.layout import (
+    PICK_BEST_FIT,
+    PICK_FGD,
+    PICK_FIRST,
+    PICK_FULLEST_LEAST_FRAG,
+    PICK_LEAST_FRAG,
+    PICK_RANDOM,
+)
 from gpupack.scoring.mix import LearnedMix, WorkloadMix, default_prior, empty_mix
 
 
@@ -58,7 +65,7 @@ class GpupackWeights(BaseModel):
     share_slack: float = Field(
         0.5, ge=0, description="fragmentation per milli a share leaves beyond the largest share type that fits"
     )
-    mig_fragmentation: float = Field(2.5, ge=0, description="`fragmentation` for MIG requests")
+    mig_fragmentation: float = Field(5.0, ge=0, description="`fragmentation` for MIG requests")
     mig_order: float = Field(1.0, ge=0, description="`order` for MIG requests, over max(nodes, 16)")
 
 
@@ -112,11 +119,13 @@ class PolicyRow:
     tie_break: TieBreak = TieBreak.FIXED
 
     def __post_init__(self) -> None:
-        frag_rules = {self.share, self.mig} & {PICK_LEAST_FRAG, PICK_FGD}
+        frag_rules = {self.share, self.mig} & {PICK_LEAST_FRAG, PICK_FGD, PICK_FULLEST_LEAST_FRAG}
         if not self.fragmentation and (frag_rules or {k.W_FRAG, k.W_FGD} & set(self.parts)):
             raise ValueError(f"policy {self.kernel_id}: a fragmentation rule without measuring fragmentation")
         if self.mig in {PICK_RANDOM, PICK_FGD}:
             raise ValueError(f"policy {self.kernel_id}: PICK_RANDOM and PICK_FGD pick shares only")
+        if self.share == PICK_FULLEST_LEAST_FRAG:
+            raise ValueError(f"policy {self.kernel_id}: PICK_FULLEST_LEAST_FRAG picks MIG instances only")
 
 
 # Every policy, one row each: this table is the only place a policy's behaviour is chosen; the kernels
@@ -125,7 +134,7 @@ class PolicyRow:
 # results are reproduced with that order; `random` draws anew for every pod.
 POLICY_TABLE: dict[str, PolicyRow] = {
     #                    id             share            MIG              frag   score parts
-    "gpupack": PolicyRow(k.P_GPUPACK, PICK_LEAST_FRAG, PICK_LEAST_FRAG, True, {}),  # weights: GpupackWeights
+    "gpupack": PolicyRow(k.P_GPUPACK, PICK_LEAST_FRAG, PICK_FULLEST_LEAST_FRAG, True, {}),  # weights: GpupackWeights
     "random": PolicyRow(k.P_RANDOM, PICK_RANDOM, PICK_BEST_FIT, False, {}, TieBreak.PER_POD),
     "dot-product": PolicyRow(k.P_DOT, PICK_BEST_FIT, PICK_BEST_FIT, False, {k.W_DOT: 1.0}),
     "gpu-clustering": PolicyRow(k.P_CLUSTER, PICK_BEST_FIT, PICK_BEST_FIT, False, {k.W_CLUSTER: 1.0}),

@@ -38,6 +38,7 @@ from gpupack.scoring.layout import (
     PART_NAMES,
     PICK_FGD,
     PICK_FIRST,
+    PICK_FULLEST_LEAST_FRAG,
     PICK_LEAST_FRAG,
     PICK_RANDOM,
     RULE_FRAG,
@@ -572,11 +573,13 @@ def instance_options(trial: _Trial, gpus: list[Gpu], shape: int, need_me: bool) 
             used = gpu.compute  # compute slices in use
             here = [(start, -1) for start in dynamic_starts(gpu, shape)]
         for order, (start, pid) in enumerate(here):
-            if rule == PICK_LEAST_FRAG:
+            if rule in (PICK_LEAST_FRAG, PICK_FULLEST_LEAST_FRAG):
                 # least fragmentation; then the fullest GPU; then the lowest GPU; on it the highest start
+                # (PICK_FULLEST_LEAST_FRAG: the fullest GPU first)
                 changed = list(gpus)
                 changed[j] = with_instance(node, gpu, shape, start, pid, need_me)
-                key: tuple = (trial.frag(changed), -used, j, -start)
+                frag = trial.frag(changed)
+                key: tuple = (frag, -used, j, -start) if rule == PICK_LEAST_FRAG else (-used, frag, j, -start)
             elif rule == PICK_FIRST:
                 key = (j, order)  # the first free option
             else:  # PICK_BEST_FIT: the fullest GPU, lowest index and start

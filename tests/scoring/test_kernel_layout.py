@@ -72,6 +72,7 @@ def test_every_policy_row_becomes_its_spec() -> None:
         (layout.PICK_LEAST_FRAG, layout.PICK_FIRST, {}),
         (layout.PICK_FIRST, layout.PICK_FIRST, {layout.W_FGD: 1.0}),
         (layout.PICK_FGD, layout.PICK_FIRST, {}),
+        (layout.PICK_FIRST, layout.PICK_FULLEST_LEAST_FRAG, {}),
     ],
 )
 def test_a_row_that_needs_fragmentation_must_measure_it(share: int, mig: int, parts: dict[int, float]) -> None:
@@ -82,3 +83,8 @@ def test_a_row_that_needs_fragmentation_must_measure_it(share: int, mig: int, pa
 def test_random_and_fgd_picks_are_for_shares_only() -> None:
     with pytest.raises(ValueError, match="shares only"):
         PolicyRow(layout.P_RANDOM, layout.PICK_RANDOM, layout.PICK_RANDOM, False, {}, TieBreak.PER_POD)
+
+
+def test_the_fullest_gpu_then_least_fragmentation_picks_mig_instances_only() -> None:
+    with pytest.raises(ValueError, match="MIG instances only"):
+        PolicyRow(layout.P_GPUPACK, layout.PICK_FULLEST_LEAST_FRAG, layout.PICK_LEAST_FRAG, True, {})

@@ -95,6 +95,23 @@ def test_2g_then_4g_share_one_gpu() -> None:
     assert cluster.inventory.gpu_compute[0] == 6
 
 
+def test_an_instance_goes_to_the_fullest_gpu_at_the_start_that_keeps_room() -> None:
+    """gpupack: the fullest GPU (a light one stays light, so departures empty it for a 7g), and on it the
+    start of least fragmentation; least fragmentation alone takes the lighter GPU, best fit the lowest start."""
+
+    def first_1g(policy: PolicySpec) -> list[tuple[int, str, int]]:
+        cluster = Cluster(node("h", H100, 2, MigMode.DYNAMIC), policy=policy)
+        cluster.inventory.commit(Placement("h", (GpuSlot(0, mig="2g.20gb", start=4),)))
+        cluster.inventory.commit(Placement("h", (GpuSlot(1, mig="4g.40gb", start=0),)))
+        return slots(cluster.place(mig("1g.10gb")))
+
+    least_frag = gpupack()
+    least_frag.rules[k.RULE_MIG] = k.PICK_LEAST_FRAG
+    assert first_1g(gpupack()) == [(1, "1g.10gb", 6)]  # 2g.20gb at 4 still fits beside it
+    assert first_1g(least_frag) == [(0, "1g.10gb", 6)]
+    assert first_1g(baseline("best-fit")) == [(1, "1g.10gb", 4)]
+
+
 def test_first_fit_blocks_the_4g_that_gpupack_keeps_room_for() -> None:
     cluster = Cluster(node("h", H100, 1, MigMode.DYNAMIC), policy=baseline("first-fit"))
     assert slots(cluster.place(mig("1g.10gb"))) == [(0, "1g.10gb", 0)]
