@@ -40,6 +40,7 @@ from gpupack.scoring.geometry import (
 )
 from gpupack.scoring.gpu_models import lookup_model
 from gpupack.scoring.inventory import MAX_GPUS, Inventory
+from gpupack.scoring.layout import PICK_LEAST_FRAG, RULE_MIG
 from gpupack.scoring.mix import LearnedMix, default_prior, typical_mix
 from gpupack.scoring.policies import POLICY_NAMES, GpupackArgs, GpupackWeights, PolicySpec, baseline, fgd, gpupack
 from gpupack.scoring.reference import reference_decide
@@ -246,7 +247,9 @@ def make_policy(name: str, stream: list[PodRequest]) -> PolicySpec:
             mig_fragmentation=0.2,  # below fragmentation, where the default has it above
             mig_order=2.5,
         )
-        return gpupack(GpupackArgs(weights=weights, forbid_spot_for_non_interruptible=True))
+        spec = gpupack(GpupackArgs(weights=weights, forbid_spot_for_non_interruptible=True))
+        spec.rules[RULE_MIG] = PICK_LEAST_FRAG  # the default's MIG pick before round 6, held too
+        return spec
     if name == "gpupack-eager":  # the learned mix changes after every request
         spec = gpupack()
         spec.mix = LearnedMix(default_prior(), refresh_every=1)
