@@ -1123,21 +1123,16 @@ def best_instance(geometry, gpus, mix, scratch, pick_rule, shape, need_me, runni
             pid = option
             start = PLACEMENT_START[option] if mode == MODE_STATIC else option
             key = 0.0
-            if pick_rule == PICK_FULLEST_LEAST_FRAG:
+            if pick_rule == PICK_LEAST_FRAG or pick_rule == PICK_FULLEST_LEAST_FRAG:
                 key = -instance_frag_after(geometry, gpus, mix, scratch, j, shape, start, pid, need_me, running_free,
                                            cpu_after, mem_after)
-                better = (
-                    best_j < 0 or used_units > best_used
-                    or (used_units == best_used and key > best_key)
-                    or (used_units == best_used and key == best_key and j == best_j and start > best_start)
-                )
-            elif pick_rule == PICK_LEAST_FRAG:
-                key = -instance_frag_after(geometry, gpus, mix, scratch, j, shape, start, pid, need_me, running_free,
-                                           cpu_after, mem_after)
-                better = (
-                    best_j < 0 or key > best_key
-                    or (key == best_key and used_units > best_used)
-                    or (key == best_key and used_units == best_used and j == best_j and start > best_start)
+                # less fragmentation and a fuller GPU, in the rule's order; then the highest start
+                first_better, first_same = key > best_key, key == best_key
+                then_better, then_same = used_units > best_used, used_units == best_used
+                if pick_rule == PICK_FULLEST_LEAST_FRAG:
+                    first_better, first_same, then_better, then_same = then_better, then_same, first_better, first_same
+                better = best_j < 0 or first_better or (
+                    first_same and (then_better or (then_same and j == best_j and start > best_start))
                 )
             elif pick_rule == PICK_FIRST:
                 better = best_j < 0
