@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 
 from gpupack.extender.http_protocol import REFUSAL_REASONS
 from gpupack.extender.pool_metrics import PoolCollector
-from gpupack.extender.state import ClusterState
+from gpupack.extender.state import ClusterState, Snapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -97,7 +97,105 @@ class Metrics:
             return text
 
 
+# One-label counters read from the snapshot: (name, help, label, Snapshot field of counts by label value).
+LABELLED_COUNTERS: tuple[tuple[str, str, str, str], ...] = (
+    ("gpupack_bind_failures", "Failed binds by reason.", "reason", "bind_failures"),
+    (
+        "gpupack_preempt_calls",
+        "Preempt calls by outcome: answered, bad-request (the preemptor's request cannot be read), not-synced.",
+        "outcome",
+        "preempt_calls",
+    ),
+    (
+        "gpupack_preempt_nodes",
+        "Nodes proposed to preempt by outcome: planned (victims chosen), no-plan, no-victims-needed, "
+        "unknown-node (the last three are left out of the answer).",
+        "outcome",
+        "preempt_nodes",
+    ),
+    (
+        "gpupack_nomination_holds_ended",
+        "Holds of nominated preemptors (the placement their victims free) that ended, by how.",
+        "how",
+        "holds_ended",
+    ),
+    (
+        "gpupack_group_plans",
+        "Group members' filters (#29) by outcome: planned (the group held whole), claimed (a planned placement "
+        "taken), waiting (not every member exists), no fit, request differs.",
+        "outcome",
+        "group_plans",
+    ),
+    (
+        "gpupack_group_holds_ended",
+        "Groups' holds of planned placements that ended, by how.",
+        "how",
+        "group_holds_ended",
+    ),
+    (
+        "gpupack_dra_allocations",
+        "Attempts to allocate gated pods' ResourceClaims (#30) by step: allocated, already-allocated, "
+        "left-to-kube-scheduler (ungated unallocated, the reason in an Event), waiting-for-claims, lost-race "
+        "(planned again), write-failed (retried).",
+        "step",
+        "dra_steps",
+    ),
+    ("gpupack_events", "Events written on pods, by reason.", "reason", "events"),
+    (
+        "gpupack_event_failures",
+        "Events on pods not written: queue-full (dropped, the writer was behind), write (refused or failed), or "
+        "untracked (a failure of a pod beyond the 10,000 whose failures are counted).",
+        "reason",
+        "event_failures",
+    ),
+    ("gpupack_reservations_ended", "Reservations that ended, by how.", "how", "reservations_ended"),
+)
+
+# Gauges of one number: (name, help, the number in a snapshot).
+GAUGES: tuple[tuple[str, str, Callable[[Snapshot], float]], ...] = (
+    (
+        "gpupack_nomination_holds",
+        "Nominated preemptors holding part or all of their placement.",
+        lambda snap: snap.holds,
+    ),
+    (
+        "gpupack_group_holds",
+        "Groups holding planned placements no member has claimed yet.",
+        lambda snap: snap.group_holds,
+    ),
+    (
+        "gpupack_dra_gated_pods",
+        "Pods gated for gpupack's DRA allocation, not finished yet.",
+        lambda snap: snap.dra_waiting,
+    ),
+    ("gpupack_gpus", "GPUs on usable nodes.", lambda snap: snap.gpus_total),
+    (
+        "gpupack_gpus_allocated",
+        "GPUs in use (shares count their fraction, MIG its compute slices).",
+        lambda snap: snap.gpus_allocated,
+    ),
+    ("gpupack_gpus_free", "GPUs not in use.", lambda snap: snap.gpus_total - snap.gpus_allocated),
+    (
+        "gpupack_mig_free_slices",
+        "Free MIG memory slices (dynamic-MIG GPUs and unused static instances).",
+        lambda snap: snap.free_mig_slices,
+    ),
+    ("gpupack_nodes", "Nodes in the inventory.", lambda snap: snap.nodes),
+    ("gpupack_nodes_unusable", "Nodes whose labels or annotations gpupack cannot read.", lambda snap: snap.bad_nodes),
+    ("gpupack_pods_bound", "Bound pods gpupack accounts for.", lambda snap: snap.pods),
+    ("gpupack_pods_unplaced", "Bound pods that hold no capacity yet.", lambda snap: snap.unplaced_pods),
+    (
+        "gpupack_pods_unreadable",
+        "Bound pods whose request gpupack cannot read, charged all they can be using on their node.",
+        lambda snap: snap.unreadable_pods,
+    ),
+    ("gpupack_ready", "1 when synced and warmed up.", lambda snap: int(snap.synced and snap.warm)),
+)
+
+
 class _StateCollector(Collector):
+    """The state's read-outs, from one snapshot per scrape."""
+
     def __init__(self, state: ClusterState) -> None:
         self.state = state
 
@@ -109,118 +207,14 @@ class _StateCollector(Collector):
         for (outcome, reason), count in sorted(snap.decisions.items()):
             decisions.add_metric((outcome, reason), count)
         yield decisions
-        failures = CounterMetricFamily("gpupack_bind_failures", "Failed binds by reason.", labels=("reason",))
-        for reason, count in sorted(snap.bind_failures.items()):
-            failures.add_metric((reason,), count)
-        yield failures
-        calls = CounterMetricFamily(
-            "gpupack_preempt_calls",
-            "Preempt calls by outcome: answered, bad-request (the preemptor's request cannot be read), not-synced.",
-            labels=("outcome",),
-        )
-        for outcome, count in sorted(snap.preempt_calls.items()):
-            calls.add_metric((outcome,), count)
-        yield calls
-        nodes = CounterMetricFamily(
-            "gpupack_preempt_nodes",
-            "Nodes proposed to preempt by outcome: planned (victims chosen), no-plan, no-victims-needed, "
-            "unknown-node (the last three are left out of the answer).",
-            labels=("outcome",),
-        )
-        for outcome, count in sorted(snap.preempt_nodes.items()):
-            nodes.add_metric((outcome,), count)
-        yield nodes
-        holds_ended = CounterMetricFamily(
-            "gpupack_nomination_holds_ended",
-            "Holds of nominated preemptors (the placement their victims free) that ended, by how.",
-            labels=("how",),
-        )
-        for how, count in sorted(snap.holds_ended.items()):
-            holds_ended.add_metric((how,), count)
-        yield holds_ended
-        yield GaugeMetricFamily(
-            "gpupack_nomination_holds", "Nominated preemptors holding part or all of their placement.", value=snap.holds
-        )
-        yield labelled_counter(
-            "gpupack_group_plans",
-            "Group members' filters (#29) by outcome: planned (the group held whole), claimed (a planned placement "
-            "taken), waiting (not every member exists), no fit, request differs.",
-            "outcome",
-            snap.group_plans,
-        )
-        yield labelled_counter(
-            "gpupack_group_holds_ended",
-            "Groups' holds of planned placements that ended, by how.",
-            "how",
-            snap.group_holds_ended,
-        )
-        yield GaugeMetricFamily(
-            "gpupack_group_holds",
-            "Groups holding planned placements no member has claimed yet.",
-            value=snap.group_holds,
-        )
-        yield labelled_counter(
-            "gpupack_dra_allocations",
-            "Attempts to allocate gated pods' ResourceClaims (#30) by step: allocated, already-allocated, "
-            "left-to-kube-scheduler (ungated unallocated, the reason in an Event), waiting-for-claims, lost-race "
-            "(planned again), write-failed (retried).",
-            "step",
-            snap.dra_steps,
-        )
-        yield GaugeMetricFamily(
-            "gpupack_dra_gated_pods",
-            "Pods gated for gpupack's DRA allocation, not finished yet.",
-            value=snap.dra_waiting,
-        )
-        events = CounterMetricFamily("gpupack_events", "Events written on pods, by reason.", labels=("reason",))
-        for reason, count in sorted(snap.events.items()):
-            events.add_metric((reason,), count)
-        yield events
-        event_failures = CounterMetricFamily(
-            "gpupack_event_failures",
-            "Events on pods not written: queue-full (dropped, the writer was behind), write (refused or failed), or "
-            "untracked (a failure of a pod beyond the 10,000 whose failures are counted).",
-            labels=("reason",),
-        )
-        for reason, count in sorted(snap.event_failures.items()):
-            event_failures.add_metric((reason,), count)
-        yield event_failures
-        ended = CounterMetricFamily("gpupack_reservations_ended", "Reservations that ended, by how.", labels=("how",))
-        for how, count in sorted(snap.reservations_ended.items()):
-            ended.add_metric((how,), count)
-        yield ended
+        for name, text, label, field_name in LABELLED_COUNTERS:
+            yield labelled_counter(name, text, label, getattr(snap, field_name))
         reservations = GaugeMetricFamily("gpupack_reservations", "Live reservations by state.", labels=("state",))
         for state, count in sorted(snap.reservations.items()):
             reservations.add_metric((state,), count)
         yield reservations
-        yield GaugeMetricFamily("gpupack_gpus", "GPUs on usable nodes.", value=snap.gpus_total)
-        yield GaugeMetricFamily(
-            "gpupack_gpus_allocated",
-            "GPUs in use (shares count their fraction, MIG its compute slices).",
-            value=snap.gpus_allocated,
-        )
-        yield GaugeMetricFamily("gpupack_gpus_free", "GPUs not in use.", value=snap.gpus_total - snap.gpus_allocated)
-        yield GaugeMetricFamily(
-            "gpupack_mig_free_slices",
-            "Free MIG memory slices (dynamic-MIG GPUs and unused static instances).",
-            value=snap.free_mig_slices,
-        )
-        yield GaugeMetricFamily("gpupack_nodes", "Nodes in the inventory.", value=snap.nodes)
-        yield GaugeMetricFamily(
-            "gpupack_nodes_unusable",
-            "Nodes whose labels or annotations gpupack cannot read.",
-            value=snap.bad_nodes,
-        )
-        yield GaugeMetricFamily("gpupack_pods_bound", "Bound pods gpupack accounts for.", value=snap.pods)
-        yield GaugeMetricFamily(
-            "gpupack_pods_unplaced", "Bound pods that hold no capacity yet.", value=snap.unplaced_pods
-        )
-        yield GaugeMetricFamily(
-            "gpupack_pods_unreadable",
-            "Bound pods whose request gpupack cannot read, charged all they can be using on their node.",
-            value=snap.unreadable_pods,
-        )
-        yield GaugeMetricFamily("gpupack_ready", "1 when synced and warmed up.", value=int(snap.synced and snap.warm))
+        for name, text, value in GAUGES:
+            yield GaugeMetricFamily(name, text, value=value(snap))
         yield from _exclusion_metrics(self.state)
 
 
