@@ -62,7 +62,8 @@ N_WEIGHTS = N_PARTS + 5
 # the rank term is W_ORDER * rank / max(nodes, ORDER_MIN_NODES): it spans W_ORDER GPUs over a large
 # cluster, and in a small one a rank step stays small beside model fit, topology and price. For a MIG
 # request it is W_MIG_ORDER * rank / max(nodes, MIG_ORDER_MIN_NODES): the same span from 16 nodes up,
-# as a fixed step outweighs fragmentation on a large cluster (docs/packing-experiments.md, round 5b)
+# as a fixed step outweighs fragmentation on a large cluster (docs/packing-experiments.md: round 5b
+# found that, round 5c chose this span)
 ORDER_MIN_NODES, MIG_ORDER_MIN_NODES = 100, 16
 # what `gpupack explain` calls each part (the two spot parts never apply together)
 PART_NAMES = ("fragmentation", "packing", "topology", "model_fit", "spot", "spot", "cost", "fgd", "best-fit",
