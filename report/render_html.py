@@ -33,76 +33,66 @@ addEventListener('load', () => {
 
 def render_html(report: dict[str, Any]) -> str:
     """The whole page."""
-    pools = report["pools"]
-    costs = [(ns, [(c, "cost")]) for ns, c in report["by_namespace"].items()]
-    costs.append(("nodes without a GPU pod", [(report["unallocated_hourly_cost"], "unallocated")]))
     parts = [
         f"<h1>gpupack report</h1><p>Cluster: <b>${report['total_hourly_cost']:,.2f}/h</b>; "
         f"${report['unallocated_hourly_cost']:,.2f}/h on nodes without a GPU pod; "
         f"${report['drain_saves_hourly']:,.2f}/h could be released.</p>",
-        "<h2>GPU pools</h2>",
-        "<h3>GPUs by pool: allocated (blue) and idle (orange)</h3>",
-        bar_chart(
-            "pools-gpus",
-            [(_pool_name(p), [(p["gpus_allocated"], "allocated"), (p["idle_gpus"], "idle")]) for p in pools],
-            "GPUs (blue allocated, orange idle)",
-        ),
-        "<h3>Idle GPUs' cost by pool, $/h</h3>",
-        bar_chart("pools-idle-cost", [(_pool_name(p), [(p["idle_hourly_cost"], "idle")]) for p in pools], "idle $/h"),
-        html_table(
-            "pools",
-            (
-                "product",
-                "capacity",
-                "nodes",
-                "GPUs",
-                "allocated %",
-                "idle GPUs",
-                "idle $/h",
-                "free MIG slices",
-                "stranded MIG slices",
-                "empty nodes",
-            ),
-            [
-                (
-                    p["product"],
-                    p["capacity_type"],
-                    p["nodes"],
-                    p["gpus"],
-                    p["allocated_pct"],
-                    p["idle_gpus"],
-                    p["idle_hourly_cost"],
-                    p["free_mig_slices"],
-                    p["stranded_mig_slices"],
-                    p["empty_nodes"],
-                )
-                for p in pools
-            ],
-        ),
-        "<h2>Cost by namespace (split allocation)</h2>",
-        bar_chart("namespace-cost", costs, "$/h"),
-        _usage_table(
-            "namespaces",
-            "namespace",
-            report["by_namespace"],
-            report["window"]["by_namespace"],
-            report["window"]["hours"],
-        ),
+        *_pool_section(report["pools"]),
+        *_cost_sections(report),
+        "<h2>Nodes that could be released</h2>",
+        _drain_table(report["drain_plan"]),
     ]
-    for label, hourly in report["by_label"].items():
-        parts.append(f"<h2>Cost by label {escape(label)}</h2>")
-        parts.append(
-            _usage_table(
-                f"label-{label}", label, hourly, report["window"]["by_label"][label], report["window"]["hours"]
-            )
-        )
-    parts += ["<h2>Nodes that could be released</h2>", _drain_table(report["drain_plan"])]
     if "utilisation" in report:
         parts += ["<h2>Allocated but idle GPUs</h2>", _utilisation_table(report["utilisation"])]
     return (
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>gpupack report</title>"
         f"<style>{STYLE}</style><script>{MARK_RENDERED}</script></head><body>{''.join(parts)}</body></html>\n"
     )
+
+
+POOL_COLUMNS = (
+    ("product", "product"),
+    ("capacity", "capacity_type"),
+    ("nodes", "nodes"),
+    ("GPUs", "gpus"),
+    ("allocated %", "allocated_pct"),
+    ("idle GPUs", "idle_gpus"),
+    ("idle $/h", "idle_hourly_cost"),
+    ("free MIG slices", "free_mig_slices"),
+    ("stranded MIG slices", "stranded_mig_slices"),
+    ("empty nodes", "empty_nodes"),
+)  # (heading, key of a pool in the report's JSON)
+
+
+def _pool_section(pools: Sequence[dict[str, Any]]) -> list[str]:
+    """GPU pools: allocated and idle GPUs, idle cost, and the pools' table."""
+    gpus = [(_pool_name(p), [(p["gpus_allocated"], "allocated"), (p["idle_gpus"], "idle")]) for p in pools]
+    idle_cost = [(_pool_name(p), [(p["idle_hourly_cost"], "idle")]) for p in pools]
+    rows = [tuple(p[key] for _, key in POOL_COLUMNS) for p in pools]
+    return [
+        "<h2>GPU pools</h2>",
+        "<h3>GPUs by pool: allocated (blue) and idle (orange)</h3>",
+        bar_chart("pools-gpus", gpus, "GPUs (blue allocated, orange idle)"),
+        "<h3>Idle GPUs' cost by pool, $/h</h3>",
+        bar_chart("pools-idle-cost", idle_cost, "idle $/h"),
+        html_table("pools", tuple(heading for heading, _ in POOL_COLUMNS), rows),
+    ]
+
+
+def _cost_sections(report: dict[str, Any]) -> list[str]:
+    """Cost by namespace (chart and table), then a table per `--by` label."""
+    window = report["window"]
+    costs = [(ns, [(c, "cost")]) for ns, c in report["by_namespace"].items()]
+    costs.append(("nodes without a GPU pod", [(report["unallocated_hourly_cost"], "unallocated")]))
+    parts = [
+        "<h2>Cost by namespace (split allocation)</h2>",
+        bar_chart("namespace-cost", costs, "$/h"),
+        _usage_table("namespaces", "namespace", report["by_namespace"], window["by_namespace"], window["hours"]),
+    ]
+    for label, hourly in report["by_label"].items():
+        parts.append(f"<h2>Cost by label {escape(label)}</h2>")
+        parts.append(_usage_table(f"label-{label}", label, hourly, window["by_label"][label], window["hours"]))
+    return parts
 
 
 def bar_chart(chart_id: str, items: Sequence[tuple[str, Sequence[tuple[float, str]]]], unit: str) -> str:
