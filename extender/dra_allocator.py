@@ -90,25 +90,30 @@ class DraAllocator:
     def observe(self, event: Event) -> None:
         """Follow one source event: gated pods come and go; a claim that appears may be one a pod waits for."""
         with self._cond:
+            due_now: list[str] = []
             if isinstance(event, PodUpserted):
-                self._pod(event.pod)
+                due_now = self._pod(event.pod)
             elif isinstance(event, PodDeleted):
                 self._forget(event.key)
             elif isinstance(event, (DraUpserted, DraDeleted)) and event.kind == "ResourceClaim":
+                due_now = self._waiting_on(event.key)
+            if due_now:
                 now = self._clock()
-                for key in self._waiting_on(event.key):
+                for key in due_now:
                     self._due[key] = min(self._due.get(key, now), now)
-            self._cond.notify()
+                # only then: every pod event passes here, and a wake per event cost the worker a thread
+                # switch per bind under a burst (#32); a pod gone needs none, its entry is skipped when due
+                self._cond.notify()
 
-    def _pod(self, pod: dict[str, Any]) -> None:
+    def _pod(self, pod: dict[str, Any]) -> list[str]:
+        """Track a gated, unbound pod (the keys to look at now: it, new or changed), or forget any other."""
         key = pod_key(pod)
         gates = (pod.get("spec") or {}).get("schedulingGates") or []
         if (pod.get("spec") or {}).get("nodeName") or not any(g.get("name") == GATE_DRA_ALLOCATION for g in gates):
             self._forget(key)
-            return
-        now = self._clock()
-        self._due[key] = min(self._due.get(key, now), now)  # new, or changed (its claims named): look now
+            return []
         self._pods[key] = pod
+        return [key]  # new, or changed (its claims named): look now
 
     def _waiting_on(self, claim: str) -> list[str]:
         """The gated pods that use the claim `namespace/name`, or whose template claims are not all made yet."""

@@ -17,7 +17,7 @@ from gpupack.kube.dra import DRIVER
 from gpupack.kube.dra.allocation import FINALIZER, allocation_node
 from gpupack.kube.keys import GATE_DRA_ALLOCATION
 from gpupack.kube.objects import make_node, make_pod
-from gpupack.kube.sources import DraUpserted, NodeUpserted, PodUpserted, Synced
+from gpupack.kube.sources import DraUpserted, NodeUpserted, PodDeleted, PodUpserted, Synced
 from gpupack.kube.sources.dra_writes import Conflict
 from gpupack.scoring.facts import GpuSlot
 from tests.kube.dra_bodies import gpu_device, h100_dynamic, h100_full, resource_slice
@@ -340,3 +340,36 @@ def test_the_worker_thread_allocates_in_arrival_order_once_the_cluster_is_listed
     assert "status" in api.claims["ml/c-first"] and "status" in api.claims["ml/c-second"]
     assert "status" not in api.claims["ml/c-third"]  # two GPUs: the third is left to kube-scheduler
     assert allocator.steps == {Step.ALLOCATED: 2, Step.LEFT: 1}
+
+
+class CountingCondition(threading.Condition):
+    """The allocator's condition, counting the wake-ups it is asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.notified = 0
+
+    def notify(self, n: int = 1) -> None:
+        self.notified += 1
+        super().notify(n)
+
+
+def test_only_gated_pods_and_their_claims_wake_the_allocator_not_every_pod_event() -> None:
+    """Every pod event passes through the allocator; under a burst of binds a wake-up each cost its worker a
+    thread switch per bind (#32), so an event that makes nothing due wakes nothing."""
+    state, api = cluster(h100_full("a", gpus=1))
+    condition = CountingCondition()
+    state.dra_allocator._cond = condition  # the double: the same condition, counted
+    for i in range(3):  # ordinary pods: pending, then bound, then gone
+        pod = make_pod(f"plain-{i}", namespace="ml", uid=f"uid-plain-{i}", requests={"cpu": "1"})
+        state.apply(PodUpserted(pod))
+        state.apply(PodUpserted(make_pod(f"plain-{i}", namespace="ml", uid=f"uid-plain-{i}", node="a")))
+        state.apply(PodDeleted(f"ml/plain-{i}", f"uid-plain-{i}"))
+    state.apply(DraUpserted(unallocated("nobody-waits")))  # a claim no gated pod names
+    assert condition.notified == 0
+    state.apply(PodUpserted(gated_pod("p", ["c"])))
+    assert condition.notified == 1
+    state.apply(DraUpserted(unallocated("c")))  # the claim it waits for
+    assert condition.notified == 2
+    api.add_claim(unallocated("c", {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1}}))
+    assert state.dra_allocator.attempt(gated_pod("p", ["c"])) == Step.ALLOCATED
