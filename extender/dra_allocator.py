@@ -102,7 +102,7 @@ class DraAllocator:
                 for key in due_now:
                     self._due[key] = min(self._due.get(key, now), now)
                 # only then: every pod event passes here, and a wake per event cost the worker a thread
-                # switch per bind under a burst (#32); a pod gone needs none, its entry is skipped when due
+                # switch per bind under a burst (#32); a pod gone or bound needs none (its entry is dropped)
                 self._cond.notify()
 
     def _pod(self, pod: dict[str, Any]) -> list[str]:
