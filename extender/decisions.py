@@ -206,19 +206,9 @@ class ServiceDecisions:
                 self.events.failed(PodRef.of(pod), lambda: f"the pod's request cannot be placed: {reason}")
                 return answer(None, {}, dict.fromkeys(_names(candidates), reason))
             known, unresolvable = self._split(candidates)
-            bound = self.ledger.bound(uid)
-            if bound is not None:
-                reason = f"pod is already bound to {bound.node}"
-                rows = np.flatnonzero(known).tolist()
-                bound_reasons = {name: reason for row in rows if (name := self.inventory.names[row]) is not None}
-                return answer(None, {}, {**unresolvable, **bound_reasons})
-            reservation = self.book.get(uid)
-            if reservation is not None:
-                row = self.inventory.index.get(reservation.node)
-                if row is not None and known[row]:
-                    self.counts[Outcome.REUSED, ""] += 1
-                    return answer(reservation.node, self._failed_nodes(known, row, None), unresolvable)
-                self.ledger.release(self.book.forget(uid, Ended.NOT_A_CANDIDATE))
+            settled = self._settled(uid, known, unresolvable, answer)
+            if settled is not None:
+                return settled
             member = self.gangs.read(pod, key) if self.gangs is not None else None
             if member is not None:
                 group = self.gangs.answer(member, uid, request, known)  # type: ignore[union-attr]  # member: gangs set
@@ -229,24 +219,59 @@ class ServiceDecisions:
                 held = self.nominations.ready(uid, known)
                 if held is not None:
                     return self._hand_over(uid, key, request, held, known, unresolvable, answer, started)
-            decision = self.decider.decide(request, (known,), observe=False)
-            unresolvable.update(decision.unresolvable())  # what the nodes lack: no preemption helps (#18)
-            placement = decision.placement
-            if placement is None:
-                failed = self._failed_nodes(known, -1, decision)
-                self.counts[Outcome.UNSCHEDULABLE, _main_reason(failed, unresolvable)] += 1
-                self.events.failed(PodRef.of(pod), lambda: no_node_note(failed, unresolvable))
-                self._log(key, None, None, started, decision.rows.size)
-                return answer(None, failed, unresolvable)
-            chosen = self.inventory.index[placement.node]
-            built = answer(placement.node, self._failed_nodes(known, chosen, decision), unresolvable)
-            self.inventory.commit(placement)
-            self.book.assume(uid, key, placement, request)
-            if self.nominations is not None:
-                self.nominations.placed_elsewhere(uid)
-            self.counts[Outcome.PLACED, ""] += 1
-            self._log(key, placement, decision.score_of(chosen), started, decision.rows.size)
-            return built
+            return self._decide(pod, (uid, key, request), known, unresolvable, answer, started)
+
+    def _settled(
+        self, uid: str, known: np.ndarray, unresolvable: dict[str, str], answer: AnswerBuilder[Answer]
+    ) -> Answer | None:
+        """The answer for a pod already bound (no candidate) or already holding a reservation on a candidate
+        (kube-scheduler retries: the same node), else None. A reservation on a node no longer a candidate
+        is released."""
+        bound = self.ledger.bound(uid)
+        if bound is not None:
+            reason = f"pod is already bound to {bound.node}"
+            rows = np.flatnonzero(known).tolist()
+            bound_reasons = {name: reason for row in rows if (name := self.inventory.names[row]) is not None}
+            return answer(None, {}, {**unresolvable, **bound_reasons})
+        reservation = self.book.get(uid)
+        if reservation is None:
+            return None
+        row = self.inventory.index.get(reservation.node)
+        if row is not None and known[row]:
+            self.counts[Outcome.REUSED, ""] += 1
+            return answer(reservation.node, self._failed_nodes(known, row, None), unresolvable)
+        self.ledger.release(self.book.forget(uid, Ended.NOT_A_CANDIDATE))
+        return None
+
+    def _decide(
+        self,
+        pod: Mapping[str, Any],
+        pod_request: tuple[str, str, PodRequest],
+        known: np.ndarray,
+        unresolvable: dict[str, str],
+        answer: AnswerBuilder[Answer],
+        started: float,
+    ) -> Answer:
+        """The engine's choice among the `known` candidates, reserved before the answer is returned."""
+        uid, key, request = pod_request
+        decision = self.decider.decide(request, (known,), observe=False)
+        unresolvable.update(decision.unresolvable())  # what the nodes lack: no preemption helps (#18)
+        placement = decision.placement
+        if placement is None:
+            failed = self._failed_nodes(known, -1, decision)
+            self.counts[Outcome.UNSCHEDULABLE, _main_reason(failed, unresolvable)] += 1
+            self.events.failed(PodRef.of(pod), lambda: no_node_note(failed, unresolvable))
+            self._log(key, None, None, started, decision.rows.size)
+            return answer(None, failed, unresolvable)
+        chosen = self.inventory.index[placement.node]
+        built = answer(placement.node, self._failed_nodes(known, chosen, decision), unresolvable)
+        self.inventory.commit(placement)
+        self.book.assume(uid, key, placement, request)
+        if self.nominations is not None:
+            self.nominations.placed_elsewhere(uid)
+        self.counts[Outcome.PLACED, ""] += 1
+        self._log(key, placement, decision.score_of(chosen), started, decision.rows.size)
+        return built
 
     def _hand_over(
         self,
