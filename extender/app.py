@@ -199,14 +199,24 @@ class VerbsFirst:
 def create_app(state: ClusterState, settings: Settings, metrics: Metrics | None = None) -> VerbsFirst:
     """The extender's ASGI application over `state` (`VerbsFirst` in front of FastAPI)."""
     metrics = metrics or Metrics(state, settings.metrics_max_age_seconds)
-    heavy = verbs.HeavyGate(settings.max_heavy_in_flight)
     app = FastAPI(
         title="gpupack", docs_url=None, redoc_url=None, openapi_url="/openapi.json", redirect_slashes=False
     )  # `POST /filter/` is a 404, not a redirect a client may follow with a GET
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.state.cluster = state
     app.state.metrics = metrics
-    endpoints = {
+    endpoints = verb_endpoints(state, settings, metrics)
+    for verb, endpoint in endpoints.items():  # FastAPI's routes too: the schema, and 405 for another method
+        app.router.routes.append(Route(f"/{verb}", endpoint, methods=["POST"], name=verb))
+    _serve_schema(app)
+    _serve_probes(app, state, metrics)
+    return VerbsFirst(app, {f"/{verb}": endpoint for verb, endpoint in endpoints.items()})
+
+
+def verb_endpoints(state: ClusterState, settings: Settings, metrics: Metrics) -> dict[str, VerbEndpoint]:
+    """The four verbs by name, each with its handler and its own error answer; the heavy-body gate shared."""
+    heavy = verbs.HeavyGate(settings.max_heavy_in_flight)
+    return {
         "filter": VerbEndpoint(
             "filter", lambda body, deadline: verbs.filter_body(state, settings, body, deadline),
             lambda reason: filter_error(reason).to_json(), state, settings, metrics, inline=True, heavy=heavy,
@@ -224,11 +234,13 @@ def create_app(state: ClusterState, settings: Settings, metrics: Metrics | None 
             lambda reason: ExtenderBindingResult(error=reason).to_json(), state, settings, metrics,
         ),
     }  # fmt: skip
-    for verb, endpoint in endpoints.items():  # FastAPI's routes too: the schema, and 405 for another method
-        app.router.routes.append(Route(f"/{verb}", endpoint, methods=["POST"], name=verb))
+
+
+def _serve_schema(app: FastAPI) -> None:
+    """/openapi.json: FastAPI's schema of its own routes plus the verbs (plain ASGI routes, which it does not
+    see)."""
 
     def openapi_schema() -> dict[str, Any]:
-        """FastAPI's schema of its own routes plus the verbs (plain ASGI routes, which it does not see)."""
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
             schema["paths"] = {**openapi.verb_paths(), **schema.get("paths", {})}
@@ -236,6 +248,10 @@ def create_app(state: ClusterState, settings: Settings, metrics: Metrics | None 
         return app.openapi_schema
 
     app.openapi = openapi_schema  # type: ignore[method-assign]  # FastAPI's documented way to replace the schema
+
+
+def _serve_probes(app: FastAPI, state: ClusterState, metrics: Metrics) -> None:
+    """/healthz, /readyz (synced and warmed up) and /metrics."""
 
     @app.get("/healthz", openapi_extra=openapi.status_extra(200))
     async def healthz() -> Response:
@@ -255,8 +271,6 @@ def create_app(state: ClusterState, settings: Settings, metrics: Metrics | None 
         if text is None:
             text = await asyncio.get_running_loop().run_in_executor(VERB_WORKERS, metrics.render)
         return Response(content=text, media_type=CONTENT_TYPE)
-
-    return VerbsFirst(app, {f"/{verb}": endpoint for verb, endpoint in endpoints.items()})
 
 
 async def within(work: Awaitable[bytes], seconds: float) -> bytes:
