@@ -43,8 +43,10 @@ from gpupack.harness.kube_programs import NEWEST
 PRODUCT = "NVIDIA-H100-80GB-HBM3"
 BOUND = re.compile(rb'^I\d{4} (\d\d):(\d\d):(\d\d\.\d+) .*"Successfully bound pod to node"', re.MULTILINE)
 EXTENDERS = ("minimal", "trivial", "gpupack")
+DIAGNOSTICS = ("gpupack-no-events",)  # run on request only (bench.no_events_extender says what it tells)
 BASELINE = "minimal"  # every ratio is against it
 BASELINE_MODULES = {"minimal": "gpupack.bench.minimal_extender", "trivial": "gpupack.bench.trivial_extender"}
+DIAGNOSTIC_MODULES = {"gpupack-no-events": "gpupack.bench.no_events_extender"}
 COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "extender")
 TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 # one compiled pattern over the lines it needs, not prometheus_client's parser of every family: the API
@@ -196,6 +198,14 @@ class Rig:
             plane.start_gpupack()
             self.extender = plane.gpupack
             return
+        if extender in DIAGNOSTIC_MODULES:  # gpupack serve, changed: its environment and time to get ready
+            argv = [sys.executable, "-m", DIAGNOSTIC_MODULES[extender], "--kubeconfig", str(plane.kubeconfig)]
+            argv += ["--host", HOST, "--port", str(plane.gpupack_port)]
+            log = plane.workdir / f"{extender}.log"
+            self.extender = Process(extender, argv, log, env=plane.gpupack_env).start()
+            url = f"http://{HOST}:{plane.gpupack_port}/readyz"
+            wait_until(f"the {extender} extender", lambda: http_status(url) == 200, 180)
+            return
         argv = [sys.executable, "-m", BASELINE_MODULES[extender], "--kubeconfig", str(plane.kubeconfig)]
         argv += ["--port", str(plane.gpupack_port)]
         self.extender = Process(f"{extender}-extender", argv, plane.workdir / f"{extender}-extender.log").start()
@@ -245,7 +255,7 @@ def summary_rows(results: Sequence[RunResult]) -> list[dict[str, Any]]:
     rows = []
     for nodes in sorted({r.nodes for r in results}):
         row: dict[str, Any] = {"nodes": nodes}
-        ran = [e for e in EXTENDERS if any(r.nodes == nodes and r.extender == e for r in results)]
+        ran = [e for e in (*EXTENDERS, *DIAGNOSTICS) if any(r.nodes == nodes and r.extender == e for r in results)]
         for extender in ran:
             runs = [r for r in results if r.nodes == nodes and r.extender == extender]
             row[extender] = round(statistics.median(r.pods_per_second for r in runs), 1)
@@ -298,6 +308,7 @@ def render_markdown(results: Sequence[RunResult], machine: dict[str, Any], confi
             f"| {row['nodes']:,} | **{ratio['gpupack']}** | {ratio['trivial']} | {pods['minimal']} | "
             f"{pods['trivial']} | {pods['gpupack']} | {runs} |"
         )
+    lines += diagnostic_lines(rows)
     lines += [
         "",
         "CPU ms per pod, median (each process's user + system time from /proc, first bind to last bind):",
@@ -322,6 +333,20 @@ def render_markdown(results: Sequence[RunResult], machine: dict[str, Any], confi
         ]
     lines.append("")
     return "\n".join(lines)
+
+
+def diagnostic_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """A line per diagnostic run beside the main table: its pods/s and its ratio to the minimal extender."""
+    lines = []
+    for row in rows:
+        for extender in DIAGNOSTICS:
+            if extender in row["extenders"]:
+                runs = ", ".join(map(str, row[f"{extender}_runs"]))
+                lines.append(
+                    f"- {row['nodes']:,} nodes, diagnostic `{extender}`: **{row[f'{extender}_ratio']}** of minimal, "
+                    f"{row[extender]} pods/s (runs: {runs})"
+                )
+    return ["", *lines] if lines else []
 
 
 def writes_table(rows: Sequence[dict[str, Any]], least: float = 0.05) -> list[str]:

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from gpupack.bench.bench_report import machine
-from gpupack.bench.throughput import EXTENDERS, ThroughputConfig, render_markdown, run_throughput
+from gpupack.bench.throughput import DIAGNOSTICS, EXTENDERS, ThroughputConfig, render_markdown, run_throughput
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -17,11 +17,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, action="append", help="cluster size (repeat; default 500 and 5000)")
     parser.add_argument("--pods", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--extenders", default=",".join(EXTENDERS), help="comma-separated, of " + ", ".join(EXTENDERS))
+    choices = (*EXTENDERS, *DIAGNOSTICS)
+    parser.add_argument("--extenders", default=",".join(EXTENDERS), help="comma-separated, of " + ", ".join(choices))
     args = parser.parse_args(argv)
     extenders = tuple(e for e in args.extenders.split(",") if e)
-    if not extenders or any(e not in EXTENDERS for e in extenders):
-        parser.error(f"--extenders: choose from {', '.join(EXTENDERS)}")
+    if not extenders or any(e not in choices for e in extenders):
+        parser.error(f"--extenders: choose from {', '.join(choices)}")
     config = ThroughputConfig(tuple(args.nodes or (500, 5000)), args.pods, args.rounds, extenders=extenders)
     results = run_throughput(config, log=lambda text: print(text, file=sys.stderr, flush=True))
     print(render_markdown(results, machine(), config))

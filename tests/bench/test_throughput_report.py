@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpupack.bench.throughput import COMPONENTS, RunResult, ThroughputConfig, api_writes, render_markdown
 
 
@@ -45,3 +47,39 @@ def test_the_report_shows_each_extenders_writes_per_pod_with_rare_kinds_only_in_
     assert "| nodes | extender | `POST events` | `POST pods/binding` | total |" in text
     assert "| 500 | minimal | 0.80 | 1.00 | 1.80 |" in text
     assert "| 500 | gpupack | 2.00 | 1.00 | 3.01 |" in text
+
+
+def test_a_diagnostic_run_gets_its_own_line_and_rows_but_no_column_of_the_main_table() -> None:
+    results = [
+        _run("minimal", 200.0, {"POST pods/binding": 1.0}),
+        _run("gpupack", 150.0, {"POST pods/binding": 1.0, "POST events": 1.0}),
+        _run("gpupack-no-events", 170.0, {"POST pods/binding": 1.0}),
+    ]
+    text = render_markdown(results, {"date": "d", "commit": "c" * 12, "cpu": "x", "cores": 2, "python": "3"},
+                           ThroughputConfig(node_counts=(500,), rounds=1))  # fmt: skip
+    assert "- 500 nodes, diagnostic `gpupack-no-events`: **0.85** of minimal, 170.0 pods/s (runs: 170.0)" in text
+    assert "| 500 | gpupack-no-events | 1.00 | 1.00 | 1.00 | 1.00 | 4.00 |" in text  # its CPU row
+    assert "| 500 | **0.75** |" in text  # the main table's ratio is still gpupack's
+
+
+def test_the_no_events_diagnostic_writes_no_assigned_event_where_gpupack_writes_one() -> None:
+    """bench.no_events_extender's replacement of PodEvents.assigned, beside the real one."""
+    from gpupack.bench.no_events_extender import _no_assigned_event
+    from gpupack.extender.pod_events import PodEvents, PodRef
+    from gpupack.scoring.facts import GpuSlot, Placement
+
+    class Sink:
+        def __init__(self) -> None:
+            self.created: list[dict[str, Any]] = []
+
+        def create_event(self, namespace: str, event: dict[str, Any]) -> None:
+            self.created.append(event)
+
+    placement = Placement("node-a", (GpuSlot(0),))
+    sink = Sink()
+    events = PodEvents(lambda: sink)  # type: ignore[arg-type,return-value]  # the one call an Assigned event makes
+    events.assigned(PodRef("ml", "p", "uid-p"), placement)
+    _no_assigned_event(events, PodRef("ml", "q", "uid-q"), placement)
+    assert events.flush(5)
+    assert [event["regarding"]["name"] for event in sink.created] == ["p"]
+    assert PodEvents.assigned is not _no_assigned_event  # importing the module swaps nothing; its main does
