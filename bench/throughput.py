@@ -198,19 +198,15 @@ class Rig:
             plane.start_gpupack()
             self.extender = plane.gpupack
             return
-        if extender in DIAGNOSTIC_MODULES:  # gpupack serve, changed: its environment and time to get ready
-            argv = [sys.executable, "-m", DIAGNOSTIC_MODULES[extender], "--kubeconfig", str(plane.kubeconfig)]
-            argv += ["--host", HOST, "--port", str(plane.gpupack_port)]
-            log = plane.workdir / f"{extender}.log"
-            self.extender = Process(extender, argv, log, env=plane.gpupack_env).start()
-            url = f"http://{HOST}:{plane.gpupack_port}/readyz"
-            wait_until(f"the {extender} extender", lambda: http_status(url) == 200, 180)
-            return
-        argv = [sys.executable, "-m", BASELINE_MODULES[extender], "--kubeconfig", str(plane.kubeconfig)]
-        argv += ["--port", str(plane.gpupack_port)]
-        self.extender = Process(f"{extender}-extender", argv, plane.workdir / f"{extender}-extender.log").start()
+        if extender in DIAGNOSTIC_MODULES:  # gpupack serve, changed: gpupack's environment and time to get ready
+            module, extra, env, ready = DIAGNOSTIC_MODULES[extender], ["--host", HOST], plane.gpupack_env, 180.0
+        else:
+            module, extra, env, ready = BASELINE_MODULES[extender], [], None, 60.0
+        argv = [sys.executable, "-m", module, "--kubeconfig", str(plane.kubeconfig), "--port", str(plane.gpupack_port)]
+        log = plane.workdir / f"{extender}-extender.log"
+        self.extender = Process(f"{extender}-extender", [*argv, *extra], log, env=env).start()
         url = f"http://{HOST}:{plane.gpupack_port}/readyz"
-        wait_until(f"the {extender} extender", lambda: http_status(url) == 200, 60)
+        wait_until(f"the {extender} extender", lambda: http_status(url) == 200, ready)
 
     def _stop_extender(self) -> None:
         if self.extender is not None:
